@@ -1,0 +1,1 @@
+"""regen-swarm prompts: the PromptRecord format, a sample set, and converters from other dataset shapes."""
