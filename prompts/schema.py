@@ -237,7 +237,7 @@ def _check_tool_calls(tool_calls: object, i: int) -> str | None:
 
 
 def _check_arguments(arguments: object, present: bool, where: str) -> str | None:
-    expected = "a JSON object encoded as a string, e.g. '{\"city\": \"Paris\"}'"
+    expected = 'a JSON object encoded as a string, e.g. \'{"city": "Paris"}\''
     field = f"{where}.function.arguments"
     if not isinstance(arguments, str):
         if not present:
