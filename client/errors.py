@@ -1,0 +1,124 @@
+"""The project's error tree, and the one place that maps transport exceptions onto it.
+
+    RegenError
+    ├── ConfigError            bad options, unreachable fleet, unknown model, unwritable --out   (exit 2)
+    ├── InputError             a prompt file or record is bad and --strict is on                  (exit 3)
+    ├── SinkError              results cannot be written (disk full, read-only)                    (exit 4)
+    └── AttemptError           one request attempt failed; decides whether to retry
+        ├── RetryableError
+        │   ├── ConnectFailed      the endpoint could not be reached
+        │   ├── ServerError        HTTP 5xx
+        │   ├── RateLimited        HTTP 429 (carries Retry-After)
+        │   ├── StreamDropped      the connection ended before the stream was whole
+        │   ├── StreamStalled      no bytes within the idle timeout
+        │   └── StreamErrorEvent   a `data: {"error": ...}` event mid-stream
+        └── PermanentError
+            └── RequestRejected    HTTP 4xx other than 429: sending it again cannot help
+"""
+
+from __future__ import annotations
+
+import httpx
+
+
+class RegenError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class ConfigError(RegenError):
+    """The run cannot start as configured; the message says what to change."""
+
+
+class InputError(RegenError):
+    """A prompt file or record is invalid (raised only under --strict; otherwise reported and skipped)."""
+
+
+class SinkError(RegenError):
+    """Results cannot be written; dispatch must stop so nothing done is lost."""
+
+
+class AttemptError(RegenError):
+    """One attempt at one request failed."""
+
+    retryable = False
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+class RetryableError(AttemptError):
+    retryable = True
+
+
+class ConnectFailed(RetryableError):
+    pass
+
+
+class ServerError(RetryableError):
+    pass
+
+
+class RateLimited(RetryableError):
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StreamDropped(RetryableError):
+    pass
+
+
+class StreamStalled(RetryableError):
+    pass
+
+
+class StreamErrorEvent(RetryableError):
+    pass
+
+
+class PermanentError(AttemptError):
+    pass
+
+
+class RequestRejected(PermanentError):
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header; HTTP-date forms are rare from inference servers and ignored."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def error_for_status(status: int, body: bytes, retry_after: str | None = None) -> AttemptError:
+    text = body[:500].decode("utf-8", "replace").strip()
+    message = f"HTTP {status}: {text}" if text else f"HTTP {status}"
+    if status == 429:
+        return RateLimited(message, parse_retry_after(retry_after))
+    if status >= 500:
+        return ServerError(message)
+    return RequestRejected(message, status)
+
+
+def map_transport_error(exc: BaseException, *, streaming: bool) -> AttemptError:
+    """Map an httpx exception (aiohttp's arrive through httpx-aiohttp) to our tree.
+
+    httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout, including a server that
+    hangs up mid-body, so the phase decides: once the stream has begun, a timeout is a stall and any
+    other failure is a dropped stream.
+    """
+    detail = str(exc) or type(exc).__name__
+    if streaming:
+        if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout):
+            return StreamStalled(f"no bytes within the idle timeout ({type(exc).__name__})")
+        return StreamDropped(f"connection lost mid-stream: {detail}")
+    if isinstance(exc, httpx.ReadTimeout):
+        return StreamStalled(f"no response headers within the idle timeout: {detail}")
+    return ConnectFailed(f"cannot reach the endpoint: {detail}")

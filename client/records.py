@@ -1,0 +1,99 @@
+"""Internal records (frozen dataclasses) and the ResultRecord wire shape written to the segments.
+
+The field order of `ResultRecord` is part of the contract: `id` comes first so the done-ID scan can
+read it without parsing the whole line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+
+class WireToolCall(TypedDict):
+    id: str
+    type: str
+    function: dict[str, str]
+
+
+class Usage(TypedDict, total=False):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    reasoning_tokens: int
+    completion_tokens_details: dict[str, Any]
+
+
+class Timings(TypedDict):
+    queued_s: float
+    ttft_s: float | None
+    total_s: float
+
+
+class ResultRecord(TypedDict):
+    id: str
+    messages: list[dict[str, Any]]
+    tools: NotRequired[list[dict[str, Any]]]
+    sampling: dict[str, Any]
+    reasoning: str
+    content: str
+    tool_calls: list[WireToolCall]
+    finish_reason: str | None
+    usage: Usage
+    prompt_token_ids: NotRequired[list[int]]
+    completion_token_ids: NotRequired[list[int]]
+    model: str | None
+    endpoint: str
+    timings: Timings
+    attempts: int
+    created: float
+    meta: NotRequired[dict[str, Any]]
+
+
+class FailureRecord(TypedDict):
+    id: str
+    error_class: str
+    last_error: str
+    attempts: int
+    endpoint: str | None
+    created: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+    def to_wire(self) -> WireToolCall:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One whole streamed completion, as parsed from the server's events."""
+
+    reasoning: str
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    usage: Usage
+    model: str | None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.usage.get("completion_tokens", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A validated PromptRecord as the swarm needs it; `line` locates it for error messages."""
+
+    id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    meta: dict[str, Any] | None
+    source: str
+    line: int
