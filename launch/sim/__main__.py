@@ -1,0 +1,139 @@
+"""Command line of the simulated SGLang server: `python -m launch.sim --port 30000 [options]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from launch.sim.config import DEFAULT_MODEL_NAME, FaultRates, SimConfig
+from launch.sim.server import serve_forever
+
+_DESCRIPTION = """\
+Serve over HTTP what a client sees of an SGLang 0.5.23 server running Qwen3.6-27B with
+--reasoning-parser qwen3 and --tool-call-parser qwen3_coder: streaming and non-streaming
+/v1/chat/completions, /health, /v1/models, /v1/loads, /get_load, /metrics, /server_info.
+Replies are deterministic in the request content and --seed; throughput follows a GPU-like
+capacity model (bounded batch per DP rank, FIFO queue); failures can be injected at given rates."""
+
+_EPILOG = """\
+Step cost: step_ms * (1 + batch_cost * batch / max_running) / speed milliseconds, plus
+prefill_ms_per_1k per 1000 prompt tokens admitted in that step. The defaults give ~50 tok/s for a
+lone stream and ~1.6K tok/s per rank at a full batch of 64 (x tokens-per-chunk with MTP).
+Fault rates are shares of one uniform draw per request, taken in the order listed."""
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"rate must be in [0, 1], got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = SimConfig()
+    f = FaultRates()
+    p = argparse.ArgumentParser(prog="python -m launch.sim", description=_DESCRIPTION, epilog=_EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default=d.host, help="address to bind (default: %(default)s)")
+    g.add_argument("--port", type=int, default=d.port, help="port to bind; 0 picks one (default: %(default)s)")
+    g.add_argument("--model-name", default=DEFAULT_MODEL_NAME,
+                   help="served model name, as SGLang's --served-model-name (default: %(default)s)")
+    g.add_argument("--strict-model", action="store_true",
+                   help="answer 404 model_not_found to a chat request for another model; real SGLang "
+                        "does not check the name and echoes it back")
+    g.add_argument("--startup-delay", type=float, default=d.startup_delay,
+                   help="seconds during which /health and chat answer 503 (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=d.seed, help="seed of the reply content (default: %(default)s)")
+    g.add_argument("--fault-seed", type=int, default=None,
+                   help="seed of the fault draws (default: --seed); give each server of a fleet its own")
+    g.add_argument("--log-level", default=d.log_level,
+                   choices=["debug", "info", "warning", "error"], help="(default: %(default)s)")
+
+    g = p.add_argument_group("capacity model")
+    g.add_argument("--max-running", type=_positive_int, default=d.max_running,
+                   help="requests decoding at once per DP rank, as --max-running-requests (default: %(default)s)")
+    g.add_argument("--dp-size", type=_positive_int, default=d.dp_size, help="DP ranks (default: %(default)s)")
+    g.add_argument("--speed", type=float, default=d.speed,
+                   help="time compression; 50 makes everything 50x faster (default: %(default)s)")
+    g.add_argument("--step-ms", type=float, default=d.step_ms,
+                   help="decode step of a lone request, ms (default: %(default)s)")
+    g.add_argument("--batch-cost", type=float, default=d.batch_cost,
+                   help="extra step cost at a full batch, as a share of --step-ms (default: %(default)s)")
+    g.add_argument("--prefill-ms-per-1k", type=float, default=d.prefill_ms_per_1k,
+                   help="step time added per 1000 prompt tokens admitted (default: %(default)s)")
+    g.add_argument("--tokens-per-chunk", type=_positive_int, default=d.tokens_per_chunk,
+                   help="tokens per decode step and chunk, as with MTP (default: %(default)s)")
+    g.add_argument("--random-chunk", action="store_true",
+                   help="draw 1..--tokens-per-chunk tokens per step instead of a fixed count")
+    g.add_argument("--max-total-tokens", type=_positive_int, default=d.max_total_tokens,
+                   help="KV cache capacity per rank in tokens; admission waits when full (default: %(default)s)")
+
+    g = p.add_argument_group("replies")
+    g.add_argument("--mean-tokens", type=_positive_int, default=d.mean_tokens,
+                   help="mean reasoning+content tokens of a thinking reply (default: %(default)s)")
+    g.add_argument("--max-gen-tokens", type=_positive_int, default=d.max_gen_tokens,
+                   help="context-like cap; a reply that reaches it ends with finish_reason length "
+                        "(default: %(default)s)")
+    g.add_argument("--tool-call-rate", type=_rate, default=d.tool_call_rate,
+                   help="share of requests with tools that answer with tool calls (default: %(default)s)")
+    g.add_argument("--reasoning-field", choices=["reasoning_content", "reasoning"], default=d.reasoning_field,
+                   help="delta/message field of the reasoning text; 'reasoning' is vLLM's (default: %(default)s)")
+    g.add_argument("--omit-done", action="store_true", help="never send data: [DONE]")
+    g.add_argument("--omit-nulls", action="store_true", help="drop null fields from stream chunks")
+
+    g = p.add_argument_group("fault injection (rates in [0, 1], per request)")
+    g.add_argument("--fail-500", type=_rate, default=f.fail_500, help="HTTP 500 before streaming")
+    g.add_argument("--fail-429", type=_rate, default=f.fail_429, help="HTTP 429 with a Retry-After header")
+    g.add_argument("--retry-after", type=int, default=f.retry_after,
+                   help="Retry-After seconds of a 429 (default: %(default)s)")
+    g.add_argument("--drop-stream", type=_rate, default=f.drop_stream,
+                   help="send part of the reply, then abort the TCP connection")
+    g.add_argument("--stall-stream", type=_rate, default=f.stall_stream,
+                   help="send part of the reply, then nothing for --stall-seconds")
+    g.add_argument("--stall-seconds", type=float, default=f.stall_seconds, help="(default: %(default)s)")
+    g.add_argument("--error-event", type=_rate, default=f.error_event,
+                   help='send part of the reply, then data: {"error": ...} and end the stream')
+    return p
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
+    a = build_parser().parse_args(argv)
+    faults = FaultRates(fail_500=a.fail_500, fail_429=a.fail_429, drop_stream=a.drop_stream,
+                        stall_stream=a.stall_stream, error_event=a.error_event, retry_after=a.retry_after,
+                        stall_seconds=a.stall_seconds)
+    return SimConfig(
+        host=a.host, port=a.port, model_name=a.model_name, seed=a.seed, fault_seed=a.fault_seed,
+        max_running=a.max_running, dp_size=a.dp_size, speed=a.speed, step_ms=a.step_ms,
+        batch_cost=a.batch_cost, prefill_ms_per_1k=a.prefill_ms_per_1k, tokens_per_chunk=a.tokens_per_chunk,
+        random_chunk=a.random_chunk, max_total_tokens=a.max_total_tokens, startup_delay=a.startup_delay,
+        mean_tokens=a.mean_tokens, max_gen_tokens=a.max_gen_tokens, tool_call_rate=a.tool_call_rate,
+        reasoning_field=a.reasoning_field, omit_done=a.omit_done, omit_nulls=a.omit_nulls,
+        strict_model=a.strict_model, faults=faults, log_level=a.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = config_from_args(argv)
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve_forever(config))
+    except OSError as exc:
+        logging.getLogger("launch.sim").error("cannot serve on %s:%d: %s", config.host, config.port, exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Settings of one simulated SGLang server: one frozen record shared by the CLI, the app and the tests.
+
+Defaults model one Qwen3.6-27B replica on one GPU at speed 1: ~20 ms per decode step alone, ~40 ms at a
+full batch of 64, i.e. ~1.6K output tok/s per DP rank at saturation (the range the SGLang cookbook quotes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DEFAULT_MODEL_NAME = "Qwen/Qwen3.6-27B"
+SGLANG_VERSION = "0.5.23"
+CONTEXT_LENGTH = 262_144
+
+ReasoningField = Literal["reasoning_content", "reasoning"]
+
+
+@dataclass(frozen=True)
+class FaultRates:
+    """Per-request probabilities of each injected failure; drawn from a seeded RNG, not from the content."""
+
+    fail_500: float = 0.0
+    fail_429: float = 0.0
+    drop_stream: float = 0.0
+    stall_stream: float = 0.0
+    error_event: float = 0.0
+    retry_after: int = 1
+    stall_seconds: float = 3600.0
+
+    def any(self) -> bool:
+        return (self.fail_500 + self.fail_429 + self.drop_stream + self.stall_stream + self.error_event) > 0
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything a simulated server needs; `launch.sim.__main__` builds it from the command line."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    model_name: str = DEFAULT_MODEL_NAME
+    seed: int = 0
+    fault_seed: int | None = None
+    # capacity model
+    max_running: int = 64
+    dp_size: int = 1
+    speed: float = 1.0
+    step_ms: float = 20.0
+    batch_cost: float = 1.0
+    prefill_ms_per_1k: float = 15.0
+    tokens_per_chunk: int = 1
+    random_chunk: bool = False
+    max_total_tokens: int = 1_048_576
+    startup_delay: float = 0.0
+    # output lengths
+    mean_tokens: int = 1500
+    max_gen_tokens: int = 32_768
+    tool_call_rate: float = 0.6
+    # protocol
+    reasoning_field: ReasoningField = "reasoning_content"
+    omit_done: bool = False
+    omit_nulls: bool = False
+    strict_model: bool = False
+    faults: FaultRates = FaultRates()
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1 or self.dp_size < 1:
+            raise ValueError("max_running and dp_size must be at least 1")
+        if self.speed <= 0:
+            raise ValueError("speed must be positive")
+        if self.tokens_per_chunk < 1:
+            raise ValueError("tokens_per_chunk must be at least 1")
+        if self.mean_tokens < 1 or self.max_gen_tokens < 1:
+            raise ValueError("mean_tokens and max_gen_tokens must be at least 1")
+        for name in ("fail_500", "fail_429", "drop_stream", "stall_stream", "error_event"):
+            rate = getattr(self.faults, name)
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {rate}")
+
+    @property
+    def effective_fault_seed(self) -> int:
+        return self.seed if self.fault_seed is None else self.fault_seed

@@ -1,0 +1,191 @@
+"""The capacity model: DP ranks that decode a bounded batch at a time, like a GPU scheduler.
+
+Each rank owns one asyncio task. A step admits waiting requests (FIFO) while the batch has room, sleeps
+for the step's cost, and advances every running request by one decode step (1..K tokens with MTP).
+A request's handler awaits its own future, which the engine resolves after each step; there is no timer
+per request, so a rank carries thousands of open streams. Releasing a request (finished or its client
+gone) frees its slot at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from dataclasses import dataclass
+
+from launch.sim.config import SimConfig
+
+
+class EngineRequest:
+    """One generation in a rank: how many tokens it will produce and how many it has produced."""
+
+    __slots__ = ("_waiter", "finished", "produced", "prompt_tokens", "rank", "target")
+
+    def __init__(self, target: int, prompt_tokens: int) -> None:
+        self.target = target
+        self.prompt_tokens = prompt_tokens
+        self.produced = 0
+        self.finished = False
+        self.rank = -1
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def wait_beyond(self, seen: int) -> int:
+        """Wait until more than `seen` tokens exist (or the request is finished); return the count."""
+        while self.produced <= seen and not self.finished:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            await waiter
+        return self.produced
+
+    async def wait_finished(self) -> int:
+        while not self.finished:
+            await self.wait_beyond(self.produced)
+        return self.produced
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+@dataclass
+class RankStats:
+    """Counters a rank keeps for /v1/loads and /metrics."""
+
+    generation_tokens: int = 0
+    prompt_tokens: int = 0
+    finished_requests: int = 0
+    gen_throughput: float = 0.0
+    window_start: float = 0.0
+    window_tokens: int = 0
+
+
+class Rank:
+    """One DP rank: a running batch of at most `max_running`, a FIFO queue, and its decode loop."""
+
+    def __init__(self, index: int, config: SimConfig, rng: random.Random) -> None:
+        self.index = index
+        self.config = config
+        self.running: dict[EngineRequest, None] = {}
+        self.waiting: dict[EngineRequest, None] = {}
+        self.stats = RankStats(window_start=time.monotonic())
+        self._rng = rng
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"sim-rank-{self.index}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def submit(self, req: EngineRequest) -> None:
+        req.rank = self.index
+        self.waiting[req] = None
+        self._wakeup.set()
+
+    def release(self, req: EngineRequest) -> None:
+        self.running.pop(req, None)
+        self.waiting.pop(req, None)
+
+    @property
+    def used_tokens(self) -> int:
+        return sum(r.prompt_tokens + r.produced for r in self.running)
+
+    @property
+    def pending_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self.waiting)
+
+    def _admit(self) -> int:
+        """Move waiting requests into the batch; return the prompt tokens prefilled in this step."""
+        cfg = self.config
+        prefill = 0
+        used = self.used_tokens
+        while self.waiting and len(self.running) < cfg.max_running:
+            req = next(iter(self.waiting))
+            if self.running and used + req.prompt_tokens > cfg.max_total_tokens:
+                break  # KV cache full: the head of the queue waits, as in SGLang's scheduler
+            del self.waiting[req]
+            self.running[req] = None
+            used += req.prompt_tokens
+            prefill += req.prompt_tokens
+        return prefill
+
+    def _step_seconds(self, prefill_tokens: int) -> float:
+        cfg = self.config
+        batch = len(self.running)
+        ms = cfg.step_ms * (1 + cfg.batch_cost * batch / cfg.max_running)
+        ms += cfg.prefill_ms_per_1k * prefill_tokens / 1000
+        return ms / 1000 / cfg.speed
+
+    def _tokens_this_step(self) -> int:
+        k = self.config.tokens_per_chunk
+        return self._rng.randint(1, k) if self.config.random_chunk and k > 1 else k
+
+    async def _loop(self) -> None:
+        while True:
+            if not self.running and not self.waiting:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            prefill = self._admit()
+            self.stats.prompt_tokens += prefill
+            await asyncio.sleep(self._step_seconds(prefill))
+            self._decode_step()
+
+    def _decode_step(self) -> None:
+        made = 0
+        done: list[EngineRequest] = []
+        for req in self.running:
+            k = min(self._tokens_this_step(), req.target - req.produced)
+            req.produced += k
+            made += k
+            if req.produced >= req.target:
+                req.finished = True
+                done.append(req)
+            req._wake()
+        for req in done:
+            del self.running[req]
+        st = self.stats
+        st.generation_tokens += made
+        st.finished_requests += len(done)
+        st.window_tokens += made
+        now = time.monotonic()
+        if now - st.window_start >= 1.0:
+            st.gen_throughput = st.window_tokens / (now - st.window_start)
+            st.window_start, st.window_tokens = now, 0
+
+
+class Engine:
+    """All DP ranks of one server; new requests go round-robin, as SGLang's DP controller does."""
+
+    def __init__(self, config: SimConfig) -> None:
+        rng = random.Random(config.seed ^ 0xC0FFEE)
+        self.config = config
+        self.ranks = [Rank(i, config, random.Random(rng.getrandbits(64))) for i in range(config.dp_size)]
+        self._next_rank = itertools.cycle(range(config.dp_size))
+
+    def start(self) -> None:
+        for rank in self.ranks:
+            rank.start()
+
+    async def stop(self) -> None:
+        for rank in self.ranks:
+            await rank.stop()
+
+    def submit(self, target: int, prompt_tokens: int) -> EngineRequest:
+        req = EngineRequest(max(1, target), prompt_tokens)
+        self.ranks[next(self._next_rank)].submit(req)
+        return req
+
+    def release(self, req: EngineRequest) -> None:
+        if 0 <= req.rank < len(self.ranks):
+            self.ranks[req.rank].release(req)

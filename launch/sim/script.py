@@ -1,0 +1,306 @@
+"""The deterministic script of one reply: how long it thinks, what it says, which tools it calls.
+
+Everything here is a pure function of the request content (messages, tools, thinking switch) and the
+server seed, hashed with blake2b, so the same request always gets the same reply on any simulated server,
+and a shorter `max_tokens` gives a prefix of the longer reply. One "token" is one short word piece.
+Token positions are laid out as: reasoning, then content, then each tool call (one token for the call's
+markup, then one token per argument fragment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from launch.sim.config import SimConfig
+
+# Heavy-tailed length model: a lognormal body holds most replies, a Pareto tail holds the long thinkers.
+# The constants keep the mixture mean close to `mean_tokens` before the context cap trims the tail.
+_TAIL_SHARE = 0.1
+_BODY_SIGMA = 0.9
+_BODY_MEAN_SHARE = 0.7
+_TAIL_ALPHA = 1.6
+_NO_THINK_SHARE = 0.35
+
+_WORDS = (
+    "the", "a", "we", "need", "to", "check", "whether", "this", "value", "is", "correct", "so", "let",
+    "me", "think", "about", "it", "again", "first", "then", "consider", "case", "where", "input", "has",
+    "two", "parts", "and", "each", "one", "maps", "onto", "output", "model", "data", "function", "returns",
+    "list", "of", "items", "in", "order", "that", "means", "answer", "should", "be", "clear", "user",
+    "wants", "short", "reply", "with", "example", "code", "file", "path", "result", "step", "next",
+    "because", "if", "not", "but", "also", "maybe", "simpler", "approach", "works", "here", "number",
+    "string", "key", "table", "query", "server", "request", "token", "batch", "cache", "error", "retry",
+    "café", "naïve", "数据", "模型", "—", "λ", "π", "über",
+)
+_PUNCT = (".", ",", ".", ",", ":", "?", "\n\n", "\n", " (", ")", " `x`", " 42", " 3.14")
+# Word pieces: most words carry their leading space; a few are split so that sub-word tokens occur.
+_VOCAB: tuple[str, ...] = (
+    tuple(" " + w for w in _WORDS)
+    + tuple(" " + w for w in _WORDS[:40])
+    + ("ing", "ed", "s", "ly", "er")
+    + _PUNCT
+)
+
+Phase = Literal["reasoning", "content", "tool_start", "tool_args"]
+
+
+def request_digest(messages: Any, tools: Any, thinking: bool, seed: int) -> tuple[bytes, int]:
+    """(32-byte digest of the request content keyed by the seed, prompt_tokens estimate)."""
+    m = orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)
+    t = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS) if tools else b""
+    h = hashlib.blake2b(digest_size=32, key=str(seed).encode()[:64])
+    h.update(m)
+    h.update(b"\x00tools\x00")
+    h.update(t)
+    h.update(b"\x00think=1" if thinking else b"\x00think=0")
+    return h.digest(), max(1, (len(m) + len(t)) // 4)
+
+
+@dataclass(frozen=True)
+class ToolCallScript:
+    """One tool call: its id, function name and arguments JSON cut into token-sized fragments."""
+
+    id: str
+    name: str
+    fragments: tuple[str, ...]
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.fragments)
+
+    @property
+    def tokens(self) -> int:
+        return 1 + len(self.fragments)
+
+
+@dataclass(frozen=True)
+class Script:
+    """The whole reply before any `max_tokens` cut."""
+
+    prompt_tokens: int
+    reasoning_tokens: int
+    content_tokens: int
+    tool_calls: tuple[ToolCallScript, ...]
+    capped: bool  # the reply ran into the context cap (--max-gen-tokens)
+    text_seed: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.reasoning_tokens + self.content_tokens + sum(c.tokens for c in self.tool_calls)
+
+    def cut(self, max_tokens: int | None) -> tuple[int, str]:
+        """(tokens actually generated, finish_reason) under the request's `max_tokens`."""
+        total = self.total_tokens
+        if max_tokens is not None and max_tokens < total:
+            return max_tokens, "length"
+        if self.capped:
+            return total, "length"
+        return total, "tool_calls" if self.tool_calls else "stop"
+
+    def reasoning_in(self, upto: int) -> int:
+        """Reasoning tokens among the first `upto` generated tokens."""
+        return min(upto, self.reasoning_tokens)
+
+
+def _draw_length(rng: random.Random, mean: float) -> int:
+    if rng.random() < _TAIL_SHARE:
+        body_mean_part = (1 - _TAIL_SHARE) * _BODY_MEAN_SHARE
+        tail_mean = (1 - body_mean_part) * mean / _TAIL_SHARE
+        x_min = tail_mean * (_TAIL_ALPHA - 1) / _TAIL_ALPHA
+        x = x_min * rng.paretovariate(_TAIL_ALPHA)
+    else:
+        mu = math.log(_BODY_MEAN_SHARE * mean) - _BODY_SIGMA**2 / 2
+        x = rng.lognormvariate(mu, _BODY_SIGMA)
+    return max(1, int(x))
+
+
+def _tool_function(tool: Any) -> tuple[str, Mapping[str, Any]]:
+    fn = tool.get("function", tool) if isinstance(tool, Mapping) else {}
+    if not isinstance(fn, Mapping):
+        fn = {}
+    name = fn.get("name")
+    params = fn.get("parameters")
+    return (name if isinstance(name, str) else "tool"), (params if isinstance(params, Mapping) else {})
+
+
+def _schema_type(schema: Mapping[str, Any]) -> str:
+    t = schema.get("type")
+    if isinstance(t, list):
+        t = next((x for x in t if x != "null"), "null")
+    if isinstance(t, str):
+        return t
+    if "properties" in schema:
+        return "object"
+    if "items" in schema:
+        return "array"
+    return "string"
+
+
+def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
+    """A value that validates against the common subset of JSON Schema that tool definitions use."""
+    if not isinstance(schema, Mapping):
+        return " ".join(rng.choices(_WORDS, k=rng.randint(1, 4)))
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return rng.choice(enum)
+    if "const" in schema:
+        return schema["const"]
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            return value_for(options[0], rng, depth + 1)
+    kind = _schema_type(schema)
+    if kind == "integer":
+        lo = int(schema.get("minimum", 0))
+        hi = int(schema.get("maximum", max(lo, 0) + 100))
+        return rng.randint(lo, max(lo, hi))
+    if kind == "number":
+        lo_f = float(schema.get("minimum", 0.0))
+        hi_f = float(schema.get("maximum", lo_f + 100.0))
+        return round(rng.uniform(lo_f, max(lo_f, hi_f)), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "array":
+        lo_n = int(schema.get("minItems", 1))
+        hi_n = max(lo_n, min(int(schema.get("maxItems", 3)), 3))
+        n = rng.randint(lo_n, hi_n) if depth < 4 else lo_n
+        return [value_for(schema.get("items", {}), rng, depth + 1) for _ in range(n)]
+    if kind == "object":
+        props = schema.get("properties")
+        if not isinstance(props, Mapping) or depth >= 4:
+            return {}
+        required = schema.get("required")
+        needed = set(required) if isinstance(required, list) else set()
+        return {
+            k: value_for(v, rng, depth + 1)
+            for k, v in props.items()
+            if k in needed or rng.random() < 0.3
+        }
+    text = " ".join(rng.choices(_WORDS, k=rng.randint(1, 6)))
+    max_len = schema.get("maxLength")
+    return text[: int(max_len)] if isinstance(max_len, int) else text
+
+
+def _fragments(text: str, rng: random.Random) -> tuple[str, ...]:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        n = rng.randint(2, 6)
+        out.append(text[i : i + n])
+        i += n
+    return tuple(out) or ("{}",)
+
+
+def _pick_calls(tools: Sequence[Any], tool_choice: Any, parallel: bool, rng: random.Random) -> list[Any]:
+    if isinstance(tool_choice, Mapping):
+        wanted = tool_choice.get("function", {}).get("name")
+        named = [t for t in tools if _tool_function(t)[0] == wanted]
+        return named[:1] or list(tools[:1])
+    r = rng.random()
+    n = 1 if (not parallel or r < 0.7) else (2 if r < 0.9 else 3)
+    return [rng.choice(tools) for _ in range(n)]
+
+
+def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> Script:
+    """The reply this server gives to this request body, before `max_tokens`."""
+    messages = body.get("messages")
+    tools_raw = body.get("tools")
+    tools: list[Any] = list(tools_raw) if isinstance(tools_raw, list) else []
+    digest, prompt_tokens = request_digest(messages, tools, thinking, config.seed)
+    rng = random.Random(int.from_bytes(digest[:16], "little"))
+    text_seed = int.from_bytes(digest[16:], "little")
+
+    tool_choice = body.get("tool_choice", "auto")
+    forced = tool_choice == "required" or isinstance(tool_choice, Mapping)
+    calls_wanted = bool(tools) and tool_choice != "none" and (forced or rng.random() < config.tool_call_rate)
+
+    mean = config.mean_tokens if thinking else max(1, int(config.mean_tokens * _NO_THINK_SHARE))
+    length = _draw_length(rng, mean)
+    if thinking:
+        reasoning = max(1, round(length * rng.betavariate(4.0, 2.0)))
+        content = max(1, length - reasoning)
+    else:
+        reasoning, content = 0, length
+
+    calls: list[ToolCallScript] = []
+    if calls_wanted:
+        content = rng.randint(0, 24)
+        for tool in _pick_calls(tools, tool_choice, body.get("parallel_tool_calls", True) is not False, rng):
+            name, params = _tool_function(tool)
+            args = orjson.dumps(value_for(params, rng)).decode()
+            call_id = "call_" + rng.getrandbits(96).to_bytes(12, "little").hex()
+            calls.append(ToolCallScript(call_id, name, _fragments(args, rng)))
+
+    cap = config.max_gen_tokens
+    capped = reasoning + content + sum(c.tokens for c in calls) > cap
+    if capped:
+        # Hitting the context limit in practice means thinking that never closed: all reasoning.
+        reasoning, content, calls = (cap, 0, []) if thinking else (0, cap, [])
+    return Script(prompt_tokens, reasoning, content, tuple(calls), capped, text_seed)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of generated tokens of one phase; tool pieces name their call by index."""
+
+    phase: Phase
+    text: str
+    call: int = -1
+
+
+class TextSource:
+    """Reproducible word-piece text, produced lazily so a 30K-token reply costs memory only when read."""
+
+    __slots__ = ("_rng",)
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+
+    def take(self, n: int) -> str:
+        return "".join(self._rng.choices(_VOCAB, k=n)) if n > 0 else ""
+
+
+class ReplyCursor:
+    """Walks a script's token positions in order and turns each span of new tokens into pieces."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self._reasoning = TextSource(script.text_seed)
+        self._content = TextSource(script.text_seed ^ 0x5EED)
+        self.position = 0
+
+    def advance(self, upto: int) -> list[Piece]:
+        s = self.script
+        start, end = self.position, min(upto, s.total_tokens)
+        if end <= start:
+            return []
+        self.position = end
+        pieces: list[Piece] = []
+        r_end = s.reasoning_tokens
+        c_end = r_end + s.content_tokens
+        if start < r_end:
+            pieces.append(Piece("reasoning", self._reasoning.take(min(end, r_end) - start)))
+        if start < c_end and end > r_end:
+            n = min(end, c_end) - max(start, r_end)
+            pieces.append(Piece("content", self._content.take(n)))
+        offset = c_end
+        for i, call in enumerate(s.tool_calls):
+            lo, hi = offset, offset + call.tokens
+            offset = hi
+            if end <= lo or start >= hi:
+                continue
+            if start <= lo:
+                pieces.append(Piece("tool_start", "", i))
+            a = max(start, lo + 1) - lo - 1
+            b = min(end, hi) - lo - 1
+            if b > a:
+                pieces.append(Piece("tool_args", "".join(call.fragments[a:b]), i))
+        return pieces
