@@ -96,7 +96,7 @@ def test_server_stopped_mid_run_still_completes(tmp_path: Path, fleet_factory: A
                             text=True)
     time.sleep(3.0)
     fleet.kill(1)
-    stdout, stderr = proc.communicate(timeout=180)
+    _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr[-3000:]
     records = read_results(out)
     assert_complete_once(records, {f"p{i:06d}" for i in range(240)})
