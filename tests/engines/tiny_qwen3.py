@@ -24,6 +24,7 @@ another venv can assert exactly without importing torch. Runs under the vLLM ven
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import shutil
@@ -63,119 +64,22 @@ CONFIG = {
 }
 ALPHA = 12.0  # lm_head scale: the scripted successor's logit is ALPHA * sqrt(hidden), all others ~0
 
-CHAT_TEMPLATE = r"""{%- macro render_content(content) -%}
-    {%- if content is string -%}
-        {{- content -}}
-    {%- elif content is iterable and content is not mapping -%}
-        {%- for part in content -%}
-            {%- if part is mapping and part.type == 'text' -%}
-                {{- part.text -}}
-            {%- elif part is string -%}
-                {{- part -}}
-            {%- endif -%}
-        {%- endfor -%}
-    {%- endif -%}
-{%- endmacro -%}
-{%- if tools %}
-    {{- '<|im_start|>system\n' }}
-    {%- if messages[0].role == 'system' %}
-        {{- render_content(messages[0].content) + '\n\n' }}
-    {%- endif %}
-    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
-{%- else %}
-    {%- if messages[0].role == 'system' %}
-        {{- '<|im_start|>system\n' + render_content(messages[0].content) + '<|im_end|>\n' }}
-    {%- endif %}
-{%- endif %}
-{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
-{%- for message in messages[::-1] %}
-    {%- set index = (messages|length - 1) - loop.index0 %}
-    {%- set text = render_content(message.content) %}
-    {%- if ns.multi_step_tool and message.role == "user" and not(text.startswith('<tool_response>') and text.endswith('</tool_response>')) %}
-        {%- set ns.multi_step_tool = false %}
-        {%- set ns.last_query_index = index %}
-    {%- endif %}
-{%- endfor %}
-{%- for message in messages %}
-    {%- set content = render_content(message.content) %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
-        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
-    {%- elif message.role == "assistant" %}
-        {%- set reasoning_content = '' %}
-        {%- if message.reasoning_content is string %}
-            {%- set reasoning_content = message.reasoning_content %}
-        {%- elif message.reasoning is string %}
-            {%- set reasoning_content = message.reasoning %}
-        {%- else %}
-            {%- if '</think>' in content %}
-                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
-                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
-            {%- endif %}
-        {%- endif %}
-        {%- if loop.index0 > ns.last_query_index %}
-            {%- if loop.last or (not loop.last and reasoning_content) %}
-                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
-            {%- else %}
-                {{- '<|im_start|>' + message.role + '\n' + content }}
-            {%- endif %}
-        {%- else %}
-            {{- '<|im_start|>' + message.role + '\n' + content }}
-        {%- endif %}
-        {%- if message.tool_calls %}
-            {%- for tool_call in message.tool_calls %}
-                {%- if (loop.first and content) or (not loop.first) %}
-                    {{- '\n' }}
-                {%- endif %}
-                {%- if tool_call.function %}
-                    {%- set tool_call = tool_call.function %}
-                {%- endif %}
-                {{- '<tool_call>\n{"name": "' }}
-                {{- tool_call.name }}
-                {{- '", "arguments": ' }}
-                {%- if tool_call.arguments is string %}
-                    {{- tool_call.arguments }}
-                {%- else %}
-                    {{- tool_call.arguments | tojson }}
-                {%- endif %}
-                {{- '}\n</tool_call>' }}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\n' }}
-    {%- elif message.role == "tool" %}
-        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\n<tool_response>\n' }}
-        {{- content }}
-        {{- '\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\n' }}
-    {%- if enable_thinking is defined and enable_thinking is false %}
-        {{- '<think>\n\n</think>\n\n' }}
-    {%- else %}
-        {{- '<think>\n' }}
-    {%- endif %}
-{%- endif %}
-"""
+# Qwen3-style: tools in the system turn, hermes JSON tool calls, reasoning, enable_thinking.
+CHAT_TEMPLATE = Path(__file__).with_name("qwen3_chat_template.jinja").read_text()
 
-_WORDS = (
-    "the of and to in is you that it for was on are with as be this have from or one had by word but not "
-    "what all were we when your can said there use an each which she do how their if will up other about "
-    "out many then them these so some her would make like him into time has look two more write go see "
-    "number no way could people my than first water been call who oil its now find long down day did get "
-    "come made may part weather Paris city unit celsius user assistant system tool function name arguments "
-    "think reasoning answer sunny rain cloud temperature today tomorrow please help question because"
-).split()
+_WORDS = [
+    "the", "of", "and", "to", "in", "is", "you", "that", "it", "for", "was", "on", "are", "with",
+    "as", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what",
+    "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which",
+    "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then",
+    "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has",
+    "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my",
+    "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down",
+    "day", "did", "get", "come", "made", "may", "part", "weather", "Paris", "city", "unit",
+    "celsius", "user", "assistant", "system", "tool", "function", "name", "arguments", "think",
+    "reasoning", "answer", "sunny", "rain", "cloud", "temperature", "today", "tomorrow", "please",
+    "help", "question", "because",
+]
 
 
 def _corpus() -> list[str]:
@@ -262,7 +166,7 @@ def build_model(tokenizer: Any, variant: str) -> Any:
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-        torch_dtype="float32",
+        dtype="bfloat16",
         **CONFIG,
     )
     config.architectures = ["Qwen3ForCausalLM"]
@@ -270,7 +174,7 @@ def build_model(tokenizer: Any, variant: str) -> Any:
     model.eval()
     if variant == "scripted":
         _script_weights(model, tokenizer)
-    return model
+    return model.to(torch.bfloat16)  # what vLLM runs on the CPU anyway
 
 
 def _script_weights(model: Any, tokenizer: Any) -> None:
@@ -292,7 +196,7 @@ def _script_weights(model: Any, tokenizer: Any) -> None:
         model.model.norm.weight.fill_(1.0)
         head = model.lm_head.weight
         head.zero_()
-        for cur, nxt in zip(chain[:-1], chain[1:], strict=True):
+        for cur, nxt in itertools.pairwise(chain):
             direction = emb[cur] / emb[cur].norm()
             head[nxt] += ALPHA * direction
 
@@ -307,19 +211,45 @@ def write_script_json(out: Path, tokenizer: Any, variant: str) -> dict[str, Any]
         "think_end_token_id": tokenizer.convert_tokens_to_ids("</think>"),
     }
     if variant == "scripted":
+        reasoning = "".join(REASONING_PIECES)
+        answer = "".join(ANSWER_PIECES)
         tool_call_text = "<tool_call>" + "".join(TOOL_JSON_PIECES) + "</tool_call>"
+        tool_calls = [{"name": TOOL_NAME, "arguments": json.dumps(TOOL_ARGUMENTS, ensure_ascii=False)}]
+        ids = info["completion_ids"]
+        after_think = ids[len(REASONING_PIECES) + 2:]  # what thinking-off generation emits
         data.update({
-            "reasoning": "".join(REASONING_PIECES),
-            "answer": "".join(ANSWER_PIECES),
+            "reasoning": reasoning,
+            "answer": answer,
             "tool_name": TOOL_NAME,
-            "tool_arguments": json.dumps(TOOL_ARGUMENTS, ensure_ascii=False),
+            "tool_arguments": tool_calls[0]["arguments"],
             "tool_call_text": tool_call_text,
-            # With no tools in the request the tool parser is off: the call stays in the content.
-            "content_without_tools": "".join(ANSWER_PIECES) + tool_call_text,
             "completion_tokens": info["completion"],
-            "completion_token_ids": info["completion_ids"],
-            # reasoning pieces + </think>; the "\n\n" after </think> starts the content
-            "reasoning_token_count": len(REASONING_PIECES) + 1,
+            "completion_token_ids": ids,
+            # What vLLM 0.32 (--reasoning-parser qwen3 --tool-call-parser hermes) returns, by request
+            # kind. With thinking on, the "\n\n" after </think> is the start of the content; with no
+            # tools in the request the tool parser is off and the call stays in the content text.
+            "expected": {
+                "thinking_on": {
+                    "reasoning": reasoning, "content": "\n\n" + answer + tool_call_text,
+                    "tool_calls": [], "finish_reason": "stop", "completion_token_ids": ids,
+                    "reasoning_tokens": len(REASONING_PIECES),
+                },
+                "thinking_on_tools": {
+                    "reasoning": reasoning, "content": "\n\n" + answer,
+                    "tool_calls": tool_calls, "finish_reason": "tool_calls", "completion_token_ids": ids,
+                    "reasoning_tokens": len(REASONING_PIECES),
+                },
+                "thinking_off": {
+                    "reasoning": "", "content": answer + tool_call_text,
+                    "tool_calls": [], "finish_reason": "stop", "completion_token_ids": after_think,
+                    "reasoning_tokens": 0,
+                },
+                "thinking_off_tools": {
+                    "reasoning": "", "content": answer,
+                    "tool_calls": tool_calls, "finish_reason": "tool_calls",
+                    "completion_token_ids": after_think, "reasoning_tokens": 0,
+                },
+            },
         })
     (out / "script.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return data
