@@ -107,6 +107,9 @@ async def show_progress(
             print(progress_line(snapshot()), file=out, flush=True)
     console = Console(file=out)
     with Live(render(snapshot()), console=console, refresh_per_second=4, transient=False) as view:
-        while True:
-            await asyncio.sleep(refresh_s)
-            view.update(render(snapshot()))
+        try:
+            while True:
+                await asyncio.sleep(refresh_s)
+                view.update(render(snapshot()))
+        finally:
+            view.update(render(snapshot()), refresh=True)  # leave the final figures on screen
