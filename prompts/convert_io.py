@@ -192,9 +192,7 @@ class Report:
         print(f"{where}: {message}", file=self.stream)
 
 
-def build_parser(
-    prog: str, description: str, input_help: str, default_prefix: str
-) -> argparse.ArgumentParser:
+def build_parser(prog: str, description: str, input_help: str, default_prefix: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description=description,

@@ -87,9 +87,7 @@ def convert(obj: object, item: Item, options: ConvertOptions) -> dict[str, Any]:
     return record
 
 
-def _add_turn(
-    messages: list[dict[str, Any]], turn: object, where: str, n: int, pending: PendingCalls
-) -> None:
+def _add_turn(messages: list[dict[str, Any]], turn: object, where: str, n: int, pending: PendingCalls) -> None:
     if not isinstance(turn, dict):
         raise ConvertError(f"{where} is {describe(turn)}; expected an object with from and value")
     speaker = turn.get("from", turn.get("role"))
@@ -118,9 +116,7 @@ def _add_turn(
             messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
     elif role == "assistant" and isinstance(value, str) and "<tool_call>" in value:
         blocks = _TOOL_CALL.findall(value)
-        calls = [
-            _parse_call(b, f"{where}.value <tool_call> {k}", f"call_{n}_{k}") for k, b in enumerate(blocks)
-        ]
+        calls = [_parse_call(b, f"{where}.value <tool_call> {k}", f"call_{n}_{k}") for k, b in enumerate(blocks)]
         text = _TOOL_CALL.sub("", value).strip()
         messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})
         pending.calls_made(calls)
@@ -135,9 +131,7 @@ def _parse_calls(value: object, where: str, n: int) -> list[dict[str, Any]]:
         try:
             value = orjson.loads(value)
         except orjson.JSONDecodeError:
-            raise ConvertError(
-                f"{where} is not valid JSON ({describe(value)}); expected a tool call"
-            ) from None
+            raise ConvertError(f"{where} is not valid JSON ({describe(value)}); expected a tool call") from None
     calls = value if isinstance(value, list) else [value]
     if not calls:
         raise ConvertError(f"{where} is an empty list; expected at least one tool call")

@@ -177,9 +177,7 @@ def _check_message(message: object, i: int) -> str | None:
         call_id = message.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
             if "tool_call_id" not in message:
-                return (
-                    f"messages[{i}].tool_call_id is missing; a tool turn must name the tool call it answers"
-                )
+                return f"messages[{i}].tool_call_id is missing; a tool turn must name the tool call it answers"
             return _bad(f"messages[{i}].tool_call_id", call_id, "the id of the tool call it answers")
 
     if "name" in message and not isinstance(message["name"], str):
