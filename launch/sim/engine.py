@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from launch.sim.config import SimConfig
 
+_MAX_LAG = 0.05  # seconds the decode schedule may run behind before it is reset
+
 
 class EngineRequest:
     """One generation in a rank: how many tokens it will produce and how many it has produced."""
@@ -131,14 +133,23 @@ class Rank:
         return self._rng.randint(1, k) if self.config.random_chunk and k > 1 else k
 
     async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         while True:
             if not self.running and not self.waiting:
                 self._wakeup.clear()
                 await self._wakeup.wait()
+                next_at = loop.time()
                 continue
             prefill = self._admit()
             self.stats.prompt_tokens += prefill
-            await asyncio.sleep(self._step_seconds(prefill))
+            # Steps follow a schedule rather than sleeping their cost each time: the event loop cannot
+            # sleep less than ~1 ms, so at high --speed short steps run back to back to keep the rate.
+            next_at += self._step_seconds(prefill)
+            delay = next_at - loop.time()
+            if delay < -_MAX_LAG:
+                next_at, delay = loop.time(), 0.0  # far behind (CPU starved): do not burst to catch up
+            await asyncio.sleep(max(0.0, delay))
             self._decode_step()
 
     def _decode_step(self) -> None:
