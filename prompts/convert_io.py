@@ -141,11 +141,9 @@ def _iter_array(f: IO[bytes], head: bytes, line: int, chunk_size: int) -> Iterat
                     start, start_line = pos, line
             elif depth == 1 and ch in (0x2C, 0x5D):
                 raw = bytes(buf[start : m.start()])
-                body = raw.lstrip()
-                if body.strip() or ch == 0x2C:
+                if raw.strip() or ch == 0x2C:
                     index += 1
-                    where = start_line + raw[: len(raw) - len(body)].count(b"\n")
-                    yield Item(where, index, body.rstrip(), None if body.strip() else "empty array item")
+                    yield _element(raw, start_line, index, None if raw.strip() else "empty array item")
                 start, start_line = pos, line
                 if ch == 0x5D:
                     depth, closed = 0, True
@@ -161,8 +159,7 @@ def _iter_array(f: IO[bytes], head: bytes, line: int, chunk_size: int) -> Iterat
         chunk = f.read(chunk_size)
         if not chunk:
             if buf.strip():
-                index += 1
-                yield Item(start_line, index, bytes(buf).strip(), "the JSON array ends without its closing ]")
+                yield _element(bytes(buf), start_line, index + 1, "the JSON array ends without its closing ]")
             return
         buf += chunk
     trailing = bytes(buf[pos:]).strip()
@@ -172,6 +169,12 @@ def _iter_array(f: IO[bytes], head: bytes, line: int, chunk_size: int) -> Iterat
             return
         trailing = chunk.strip()
     yield Item(line, None, b"", "text after the JSON array's closing ]")
+
+
+def _element(raw: bytes, line: int, index: int, error: str | None) -> Item:
+    """An array element located at its first non-blank byte, not at the separator before it."""
+    body = raw.lstrip()
+    return Item(line + raw[: len(raw) - len(body)].count(b"\n"), index, body.rstrip(), error)
 
 
 class Report:
