@@ -196,10 +196,11 @@ class Report:
 
 
 def build_parser(prog: str, description: str, input_help: str, default_prefix: str) -> argparse.ArgumentParser:
+    example = f"example:\n  {prog} IN.jsonl --out prompts.jsonl --source my-set\n\n"
     parser = argparse.ArgumentParser(
         prog=prog,
         description=description,
-        epilog=EXIT_CODES_HELP,
+        epilog=example + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("input", metavar="IN", help=input_help)

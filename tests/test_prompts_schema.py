@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from prompts.schema import VALID_ROLES, validate_prompt
 
 USER = {"role": "user", "content": "What's the weather in Paris?"}
-CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+CALL: dict[str, Any] = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
 WEATHER = {
     "type": "function",
     "function": {
@@ -21,7 +28,7 @@ WEATHER = {
 }
 
 
-def rec(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def rec(*messages: object, **extra: Any) -> dict[str, Any]:
     return {"id": "p1", "messages": list(messages or [USER]), **extra}
 
 
@@ -164,3 +171,11 @@ def test_first_problem_wins() -> None:
     problem = validate_prompt({"id": 1, "messages": "nope", "meta": []})
     assert problem is not None
     assert problem.startswith("id ")
+
+
+def test_readme_examples_are_valid() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "prompts" / "README.md").read_text()
+    examples = re.findall(r"```json\n(.*?)```", readme, re.S)
+    assert len(examples) >= 4
+    for example in examples:
+        assert validate_prompt(orjson.loads(example)) is None, example
