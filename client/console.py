@@ -68,13 +68,15 @@ def render(snap: StatsSnapshot) -> Group:
         Text(f"sync {snap.sync_lag}" if snap.sync_lag else ""),
     )
     table = Table(expand=False, show_edge=False, header_style="bold")
-    for column in ("endpoint", "state", "in flight", "srv run", "srv queue", "tok/s", "done", "errors", "last error"):
+    for column in ("endpoint", "state", "in flight", "slots", "srv run", "srv queue", "tok/s", "done", "errors",
+                   "last error"):
         table.add_column(column, justify="left" if column in ("endpoint", "state", "last error") else "right")
     for e in snap.endpoints:
         table.add_row(
             e.url,
             Text(e.state, style=_STATE_STYLE.get(e.state, "")),
-            f"{e.in_flight}/{e.max_in_flight}",
+            str(e.in_flight),
+            "-" if e.capacity is None else str(e.capacity),
             "-" if e.server_running is None else str(e.server_running),
             "-" if e.server_waiting is None else str(e.server_waiting),
             _rate(e.tokens_per_s),

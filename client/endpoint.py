@@ -8,6 +8,7 @@ needs no timer of its own.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
-from client.errors import AttemptError, error_for_status, map_transport_error
+from client.errors import AttemptError, StreamDropped, error_for_status, map_transport_error
 from client.records import Completion
 from client.stats import EndpointCounters
 from client.stream import StreamParser
@@ -42,6 +43,8 @@ class Endpoint:
         self.max_in_flight = max_in_flight
         counters.max_in_flight = max_in_flight
         self.supports_token_ids = False
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._aborted: dict[asyncio.Task[Any], str] = {}
         headers = {"content-type": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -63,8 +66,8 @@ class Endpoint:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def get_json(self, path: str, limit_s: float = 5.0) -> Any:
-        """GET a JSON document; AttemptError when the server cannot be reached or answers non-200."""
+    async def get_bytes(self, path: str, limit_s: float = 5.0) -> bytes:
+        """GET a document; AttemptError when the server cannot be reached or answers non-200."""
         try:
             response = await self._client.get(path, timeout=limit_s)
             body = await response.aread()
@@ -72,7 +75,10 @@ class Endpoint:
             raise map_transport_error(exc, streaming=False) from exc
         if response.status_code != 200:
             raise error_for_status(response.status_code, body)
-        return orjson.loads(body)
+        return body
+
+    async def get_json(self, path: str, limit_s: float = 5.0) -> Any:
+        return orjson.loads(await self.get_bytes(path, limit_s))
 
     async def health(self, limit_s: float = 5.0) -> int | None:
         """The /health status code, or None when nothing answers."""
@@ -91,11 +97,34 @@ class Endpoint:
         self.supports_token_ids = any(entry.get("owned_by") == "vllm" for entry in entries)
         return [str(entry["id"]) for entry in entries]
 
+    def abort_streams(self, reason: str) -> None:
+        """End every stream in flight here; each attempt then fails with StreamDropped and is retried."""
+        for task in self._streams:
+            if task not in self._aborted:
+                self._aborted[task] = reason
+                task.cancel()
+
     async def stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
         """POST one streaming chat completion; returns it whole with its time to first token.
 
         Raises an AttemptError subclass for every failure, so the retry policy sees one error tree.
         """
+        task = asyncio.current_task()
+        assert task is not None
+        self._streams.add(task)
+        try:
+            return await self._stream_chat(body)
+        except asyncio.CancelledError:
+            reason = self._aborted.pop(task, None)
+            # Only our own abort becomes a retryable error; a shutdown's cancel still propagates.
+            if reason is None or task.uncancel() > 0:
+                raise
+            raise StreamDropped(reason) from None
+        finally:
+            self._streams.discard(task)
+            self._aborted.pop(task, None)
+
+    async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
         parser = StreamParser()
         started = time.monotonic()
         ttft: float | None = None

@@ -18,6 +18,7 @@ class EndpointCounters:
     state: str = "starting"
     in_flight: int = 0
     max_in_flight: int = 0
+    capacity: int | None = None
     done: int = 0
     errors: int = 0
     completion_tokens: int = 0
@@ -32,6 +33,7 @@ class EndpointSnapshot:
     state: str
     in_flight: int
     max_in_flight: int
+    capacity: int | None
     done: int
     errors: int
     tokens_per_s: float
@@ -131,7 +133,7 @@ class RunStats:
             gpu_hours = self.gpus * (elapsed + eta) / 3600.0
         endpoints = tuple(
             EndpointSnapshot(
-                url=e.url, state=e.state, in_flight=e.in_flight, max_in_flight=e.max_in_flight,
+                url=e.url, state=e.state, in_flight=e.in_flight, max_in_flight=e.max_in_flight, capacity=e.capacity,
                 done=e.done, errors=e.errors,
                 tokens_per_s=per_endpoint[i] / short_span if short_span > 0 else 0.0,
                 server_running=e.server_running, server_waiting=e.server_waiting, last_error=e.last_error,

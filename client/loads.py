@@ -1,0 +1,108 @@
+"""Server load documents -> `ServerLoad`: pure parsers for SGLang's `/v1/loads`, its legacy `/get_load`,
+and Prometheus `/metrics` from SGLang or vLLM. No I/O here; the dispatcher polls and calls these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    """What one server reports, summed over its DP ranks. `capacity` is None when the server does not say."""
+
+    running: int
+    waiting: int
+    capacity: int | None = None
+    token_usage: float | None = None
+    gen_throughput: float | None = None
+    generation_tokens_total: float | None = None
+
+
+class LoadFormatError(ValueError):
+    """The document does not have the expected shape."""
+
+
+def parse_v1_loads(body: bytes) -> ServerLoad:
+    """SGLang >= 0.5: `{"loads": [{"dp_rank", "num_running_reqs", "num_waiting_reqs", "max_running_requests",
+    "token_usage", "gen_throughput", ...}, ...]}`, one entry per DP rank."""
+    document = _json(body)
+    ranks = document.get("loads") if isinstance(document, dict) else None
+    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) for r in ranks):
+        raise LoadFormatError("/v1/loads: expected a non-empty 'loads' list")
+    try:
+        running = sum(int(r["num_running_reqs"]) for r in ranks)
+        waiting = sum(int(r.get("num_waiting_reqs", 0)) for r in ranks)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LoadFormatError(f"/v1/loads: bad rank entry ({exc})") from exc
+    limits = [r.get("max_running_requests") for r in ranks]
+    capacity = sum(int(x) for x in limits) if all(isinstance(x, int) and x > 0 for x in limits) else None
+    usages = [float(r["token_usage"]) for r in ranks if isinstance(r.get("token_usage"), int | float)]
+    throughputs = [float(r["gen_throughput"]) for r in ranks if isinstance(r.get("gen_throughput"), int | float)]
+    return ServerLoad(
+        running=running, waiting=waiting, capacity=capacity,
+        token_usage=max(usages) if usages else None,
+        gen_throughput=sum(throughputs) if throughputs else None,
+    )
+
+
+def parse_get_load(body: bytes) -> ServerLoad:
+    """Older SGLang: a list of `{"dp_rank", "num_reqs" (running + waiting), "num_waiting_reqs", ...}`."""
+    document = _json(body)
+    ranks = document if isinstance(document, list) else [document]
+    try:
+        total = sum(int(r["num_reqs"]) for r in ranks)
+        waiting = sum(int(r.get("num_waiting_reqs", 0)) for r in ranks)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LoadFormatError(f"/get_load: bad entry ({exc})") from exc
+    return ServerLoad(running=max(0, total - waiting), waiting=waiting)
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfaINFA]+)(?:\s+\d+)?$")
+
+# (running, waiting, generated-tokens counter) metric names per engine.
+_ENGINES = (
+    ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:generation_tokens_total"),
+    ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"),
+)
+
+
+def parse_metrics(text: bytes) -> ServerLoad:
+    """Prometheus text; sums every sample of a family (one per DP rank or engine)."""
+    sums: dict[str, float] = {}
+    for raw in text.decode("utf-8", "replace").splitlines():
+        if not raw or raw.startswith("#"):
+            continue
+        match = _SAMPLE.match(raw.strip())
+        if match is None:
+            continue
+        name = match.group(1)
+        try:
+            sums[name] = sums.get(name, 0.0) + float(match.group(3))
+        except ValueError:
+            continue
+    for running, waiting, generated in _ENGINES:
+        if running in sums:
+            return ServerLoad(running=int(sums[running]), waiting=int(sums.get(waiting, 0.0)),
+                              generation_tokens_total=sums.get(generated))
+    raise LoadFormatError("/metrics: no known running/waiting gauges (is --enable-metrics on?)")
+
+
+# Tried in this order; the first that answers and parses is kept for the endpoint.
+LOAD_SOURCES: tuple[tuple[str, Callable[[bytes], ServerLoad]], ...] = (
+    ("/v1/loads", parse_v1_loads),
+    ("/get_load", parse_get_load),
+    ("/metrics", parse_metrics),
+)
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise LoadFormatError(f"not JSON: {exc}") from exc
