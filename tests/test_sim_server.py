@@ -188,11 +188,13 @@ async def test_tool_choice_none_means_no_calls() -> None:
     assert full["choices"][0]["message"]["tool_calls"] is None
 
 
-async def test_mtp_chunks_carry_several_tokens() -> None:
-    async with serving(tokens_per_chunk=4, mean_tokens=200) as (_, client):
+@pytest.mark.parametrize("random_chunk", [False, True])
+async def test_mtp_chunks_carry_several_tokens(random_chunk: bool) -> None:
+    async with serving(tokens_per_chunk=4, random_chunk=random_chunk, mean_tokens=200) as (_, client):
         evs = await events(client, body(stream=True, stream_options={"include_usage": True}))
     text_chunks = [d for d in deltas(evs) if d["reasoning_content"] or d["content"]]
-    assert len(text_chunks) < evs[-2]["usage"]["completion_tokens"] / 2
+    tokens = evs[-2]["usage"]["completion_tokens"]
+    assert 0 < len(text_chunks) < (tokens / 1.5 if random_chunk else tokens / 3)
 
 
 async def test_omit_nulls_and_omit_done() -> None:
@@ -215,6 +217,9 @@ async def test_request_errors() -> None:
         token_ids_ok = await client.post("/v1/chat/completions", json=body(return_token_ids=True))
         zero = await client.post("/v1/chat/completions", json=body(max_tokens=0))
         other_model = await client.post("/v1/chat/completions", json=body(model="gpt-4o"))
+        required = await client.post("/v1/chat/completions", json=body(tool_choice="required"))
+        unknown_tool = await client.post("/v1/chat/completions", json=body(
+            tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "nope"}}))
     assert bad_json.status_code == 400 and bad_json.json()["object"] == "error"
     assert no_messages.status_code == 400
     assert token_ids.status_code == 400
@@ -223,6 +228,8 @@ async def test_request_errors() -> None:
     assert "return_token_ids is not supported with streaming" in err["message"]
     assert token_ids_ok.status_code == 200
     assert zero.status_code == 400
+    assert required.status_code == 400 and unknown_tool.status_code == 400
+    assert "nope" in unknown_tool.json()["message"]
     # Real SGLang does not check the model name: it answers and echoes the name back.
     assert other_model.status_code == 200 and other_model.json()["model"] == "gpt-4o"
 

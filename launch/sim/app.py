@@ -91,6 +91,17 @@ def _validate(body: Mapping[str, Any], config: SimConfig) -> web.Response | None
                 and isinstance(t["function"].get("name"), str) for t in tools)
     ):
         return _error(400, "Each tool needs a function with a name.", "BadRequestError")
+    choice = body.get("tool_choice")
+    if choice == "required" and not tools:
+        return _error(400, "Tools cannot be empty if tool choice is set to required.", "BadRequestError")
+    if isinstance(choice, Mapping):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if not tools:
+            return _error(400, "Tools cannot be empty if tool choice is set to a specific tool.",
+                          "BadRequestError")
+        if not any(t["function"]["name"] == name for t in tools):
+            return _error(400, f"Tool '{name}' not found in tools list.", "BadRequestError")
     model = body.get("model", "default")
     if config.strict_model and model not in (config.model_name, "default"):
         return _model_not_found(str(model))

@@ -39,6 +39,14 @@ class SimServerSpec:
     extra_args: tuple[str, ...] = ()
 
 
+class SimServerExited(RuntimeError):
+    """A fleet member's process ended while the fleet waited for it."""
+
+    def __init__(self, message: str, returncode: int) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -104,8 +112,9 @@ class SimFleet:
                 m.log = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the member
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
+        # Run from the package root so `-m launch.sim` cannot pick up another `launch` in the caller's cwd.
         m.proc = subprocess.Popen(self._command(m), stdin=subprocess.DEVNULL, stdout=m.log, stderr=m.log,
-                                  env=env, start_new_session=True)
+                                  env=env, cwd=_PACKAGE_ROOT, start_new_session=True)
 
     def _wait(self, m: _Member, *, ready: bool, timeout: float) -> None:
         """Wait for /health 200 (ready) or for any HTTP answer at all (not ready)."""
@@ -114,8 +123,8 @@ class SimFleet:
         while True:
             assert m.proc is not None
             if m.proc.poll() is not None:
-                raise RuntimeError(f"simulated server {m.index} exited with {m.proc.returncode}:\n"
-                                   f"{m.log_tail()}")
+                raise SimServerExited(f"simulated server {m.index} exited with {m.proc.returncode}:\n"
+                                      f"{m.log_tail()}", m.proc.returncode)
             try:
                 with urllib.request.urlopen(url, timeout=1.0) as resp:
                     if resp.status == 200 or not ready:
@@ -139,9 +148,10 @@ class SimFleet:
             try:
                 self._wait(m, ready=wait_ready, timeout=timeout)
                 return
-            except RuntimeError:
-                # Another process may have taken the free port between probe and bind: try a new one.
-                if attempt == attempts - 1:
+            except SimServerExited as exc:
+                # Exit code 1 is a failed bind: another process may have taken the free port between
+                # probe and bind, so try a new one. Anything else (bad flags) will not get better.
+                if exc.returncode != 1 or attempt == attempts - 1:
                     raise
 
     def start(self, *, wait_ready: bool = True, timeout: float = 30.0) -> None:

@@ -27,7 +27,7 @@ class SimServer:
         self.config = config
         self.app = build_app(config)
         access_log = logging.getLogger("aiohttp.access") if config.log_level == "debug" else None
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, shutdown_timeout=1.0,
+        self._runner = web.AppRunner(self.app, handler_cancellation=True, shutdown_timeout=0.25,
                                      access_log=access_log)
         self.port = config.port
 

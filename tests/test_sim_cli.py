@@ -1,0 +1,34 @@
+"""The simulated server's command line maps onto its settings and rejects bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from launch.sim.__main__ import build_parser, config_from_args
+from launch.sim.config import SimConfig
+
+
+def test_defaults_match_the_config_record() -> None:
+    assert config_from_args([]) == SimConfig()
+
+
+def test_flags_reach_the_config() -> None:
+    c = config_from_args([
+        "--port", "0", "--dp-size", "2", "--max-running", "8", "--speed", "50", "--tokens-per-chunk", "3",
+        "--random-chunk", "--reasoning-field", "reasoning", "--omit-done", "--omit-nulls", "--strict-model",
+        "--fail-500", "0.1", "--fail-429", "0.2", "--retry-after", "4", "--drop-stream", "0.05",
+        "--stall-stream", "0.01", "--stall-seconds", "9", "--error-event", "0.02", "--fault-seed", "11",
+    ])
+    assert (c.port, c.dp_size, c.max_running, c.speed, c.tokens_per_chunk) == (0, 2, 8, 50.0, 3)
+    assert c.random_chunk and c.omit_done and c.omit_nulls and c.strict_model
+    assert c.reasoning_field == "reasoning"
+    f = c.faults
+    assert (f.fail_500, f.fail_429, f.retry_after, f.drop_stream) == (0.1, 0.2, 4, 0.05)
+    assert (f.stall_stream, f.stall_seconds, f.error_event) == (0.01, 9.0, 0.02)
+    assert c.effective_fault_seed == 11
+
+
+@pytest.mark.parametrize("argv", [["--fail-500", "1.5"], ["--max-running", "0"], ["--reasoning-field", "x"]])
+def test_bad_values_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
