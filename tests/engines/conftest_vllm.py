@@ -18,14 +18,12 @@ Fixtures (all session-scoped; each server starts once, on first use, and is stop
 
 from __future__ import annotations
 
-import hashlib
-import json
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .tiny_models import MODEL_NAMES, build_tiny_models, load_script
 from .vllm_server import REPO_ROOT, SETUP_HINT, VLLMServer, VLLMServerError, vllm_python
 
 if TYPE_CHECKING:
@@ -40,46 +38,7 @@ __all__ = [
     "vllm_venv_python",
 ]
 
-BUILDER = Path(__file__).with_name("tiny_qwen3.py")
-BUILDER_INPUTS = (BUILDER, BUILDER.with_name("qwen3_chat_template.jinja"))
-MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-qwen3"
 LOG_DIR = REPO_ROOT / ".cache" / "vllm-logs"
-VARIANTS = ("scripted", "random")
-MODEL_NAMES = {"scripted": "tiny-qwen3-scripted", "random": "tiny-qwen3-random"}
-
-
-def builder_digest() -> str:
-    h = hashlib.sha256()
-    for path in BUILDER_INPUTS:
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def build_tiny_models(python: Path, root: Path = MODEL_CACHE) -> dict[str, Path]:
-    """Builds both variants (in parallel) unless an up-to-date build is already there."""
-    digest = builder_digest()
-    dirs = {v: root / v for v in VARIANTS}
-    stale = [v for v, d in dirs.items() if _stamp(d) != digest]
-    procs = {
-        v: subprocess.Popen(
-            [str(python), str(BUILDER), "--out", str(dirs[v]), "--variant", v],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-        )
-        for v in stale
-    }
-    for v, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
-        if proc.returncode != 0:
-            raise VLLMServerError(f"building the {v} tiny model failed:\n{out.decode(errors='replace')}")
-        (dirs[v] / "builder.sha256").write_text(digest + "\n")
-    return dirs
-
-
-def _stamp(model_dir: Path) -> str | None:
-    try:
-        return (model_dir / "builder.sha256").read_text().strip()
-    except OSError:
-        return None
 
 
 @pytest.fixture(scope="session")
@@ -92,13 +51,15 @@ def vllm_venv_python() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dirs(vllm_venv_python: Path) -> dict[str, Path]:
-    return build_tiny_models(vllm_venv_python)
+    try:
+        return build_tiny_models(vllm_venv_python)
+    except VLLMServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def tiny_script(tiny_model_dirs: dict[str, Path]) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((tiny_model_dirs["scripted"] / "script.json").read_text())
-    return data
+    return load_script(tiny_model_dirs["scripted"])
 
 
 @pytest.fixture(scope="session")

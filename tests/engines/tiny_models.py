@@ -1,0 +1,64 @@
+"""Locates and builds the cached tiny Qwen3 model directories (main venv, stdlib only).
+
+This module owns the cache under ``.cache/tiny-qwen3/{scripted,random}``: it runs
+tests/engines/tiny_qwen3.py with the vLLM venv's python, in parallel for both variants, and rebuilds
+a variant only when the builder or its chat template changed (a digest stamped into the model dir).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .vllm_server import REPO_ROOT, VLLMServerError
+
+HERE = Path(__file__).resolve().parent
+BUILDER = HERE / "tiny_qwen3.py"
+BUILDER_INPUTS = (BUILDER, HERE / "qwen3_chat_template.jinja")
+MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-qwen3"
+VARIANTS = ("scripted", "random")
+MODEL_NAMES = {"scripted": "tiny-qwen3-scripted", "random": "tiny-qwen3-random"}
+STAMP = "builder.sha256"
+
+
+def builder_digest() -> str:
+    h = hashlib.sha256()
+    for path in BUILDER_INPUTS:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _stamp(model_dir: Path) -> str | None:
+    try:
+        return (model_dir / STAMP).read_text().strip()
+    except OSError:
+        return None
+
+
+def build_tiny_models(python: Path, root: Path = MODEL_CACHE) -> dict[str, Path]:
+    """Both variants' dirs, building (in parallel) those that are missing or stale."""
+    digest = builder_digest()
+    dirs = {v: root / v for v in VARIANTS}
+    stale = [v for v, d in dirs.items() if _stamp(d) != digest]
+    procs = {
+        v: subprocess.Popen(
+            [str(python), str(BUILDER), "--out", str(dirs[v]), "--variant", v],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+        )
+        for v in stale
+    }
+    for v, proc in procs.items():
+        out, _ = proc.communicate(timeout=300)
+        if proc.returncode != 0:
+            raise VLLMServerError(f"building the {v} tiny model failed:\n{out.decode(errors='replace')}")
+        (dirs[v] / STAMP).write_text(digest + "\n")
+    return dirs
+
+
+def load_script(model_dir: Path) -> dict[str, Any]:
+    """The scripted model's script.json: exact texts, token ids and expected parsed outcomes."""
+    data: dict[str, Any] = json.loads((model_dir / "script.json").read_text())
+    return data
