@@ -37,6 +37,7 @@ class ClosedSegment:
     ids_path: Path
     records: int
     size: int
+    completion_tokens: int = 0
 
 
 @dataclass
@@ -91,7 +92,7 @@ def scan_segment_ids(path: Path, report: ScanReport) -> list[str]:
     return ids
 
 
-def _write_ids(ids_path: Path, ids: list[str]) -> None:
+def write_ids(ids_path: Path, ids: list[str]) -> None:
     temporary = ids_path.with_suffix(".ids.tmp")
     with temporary.open("wb") as handle:
         handle.write(b"".join(i.encode() + b"\n" for i in ids))
@@ -114,7 +115,7 @@ def load_done_ids(segments: Path) -> tuple[set[str], ScanReport]:
         else:
             report.repaired_bytes += repair_torn_tail(path)
             ids = scan_segment_ids(path, report)
-            _write_ids(ids_path, ids)
+            write_ids(ids_path, ids)
         report.records += len(ids)
         before = len(done)
         done.update(ids)
@@ -129,6 +130,11 @@ def _write_all(handle: BinaryIO, data: bytes) -> None:
         if not written:
             raise OSError(28, "no progress writing (disk full?)")
         view = view[written:]
+
+
+def host_name() -> str:
+    """The short host name that segment names (and S3 manifest names) carry."""
+    return socket.gethostname().split(".")[0] or "host"
 
 
 def new_run_id() -> str:
@@ -151,8 +157,7 @@ class ResultSink:
         self.out_dir = out_dir
         self.segments_dir = out_dir / SEGMENTS_DIR
         self.failures_path = out_dir / FAILURES_DIR / f"failures-{run_id}.jsonl"
-        host = socket.gethostname().split(".")[0] or "host"
-        self._prefix = f"{host}-{shard_label}-{run_id}"
+        self._prefix = f"{host_name()}-{shard_label}-{run_id}"
         self.max_segment_bytes = max_segment_bytes
         self.max_segment_age_s = max_segment_age_s
         self.on_segment_closed = on_segment_closed
@@ -161,6 +166,7 @@ class ResultSink:
         self._path: Path | None = None
         self._ids: list[str] = []
         self._bytes = 0
+        self._tokens = 0
         self._opened_at = 0.0
         self._failures: BinaryIO | None = None
         # After a failed write the open segment's tail is unknown: its sidecar must not be written, so
@@ -187,6 +193,7 @@ class ResultSink:
         self._handle = self._path.open("ab", buffering=0)
         self._ids = []
         self._bytes = 0
+        self._tokens = 0
         self._opened_at = time.monotonic()
         return self._handle
 
@@ -202,6 +209,7 @@ class ResultSink:
             raise SinkError(f"cannot append to {self._path}: {exc.strerror or exc}") from exc
         self._ids.append(record["id"])
         self._bytes += len(line)
+        self._tokens += int(record["usage"].get("completion_tokens", 0))
         if self._bytes >= self.max_segment_bytes:
             self.close_segment()
 
@@ -231,11 +239,11 @@ class ResultSink:
             os.fsync(handle.fileno())
             handle.close()
             ids_path = path.with_suffix(".ids")
-            _write_ids(ids_path, self._ids)
+            write_ids(ids_path, self._ids)
         except OSError as exc:
             raise SinkError(f"cannot close segment {path}: {exc.strerror or exc}") from exc
         if self.on_segment_closed is not None:
-            self.on_segment_closed(ClosedSegment(path, ids_path, len(self._ids), self._bytes))
+            self.on_segment_closed(ClosedSegment(path, ids_path, len(self._ids), self._bytes, self._tokens))
 
     def close(self) -> None:
         try:
