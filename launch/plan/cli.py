@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-gpus", type=int, help="GPUs on the node (default: the preset's)")
     g.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (default: the preset's)")
     g.add_argument("--gpus", help="GPUs to use, e.g. 0,1,2,3 or 0-6 (default: all of the node's)")
+    g.add_argument("--detected-gpus", type=int, metavar="N",
+                   help="GPU count nvidia-smi reports (start_servers.sh passes it); caps the preset's")
+    g.add_argument("--detected-gpu-memory-mib", type=int, metavar="MIB",
+                   help="memory.total nvidia-smi reports for the smallest GPU; caps the preset's")
 
     g = p.add_argument_group("model")
     g.add_argument("--model-path", help="HF repo id or local path (default: Qwen/Qwen3.6-27B, -FP8 for fp8)")
@@ -132,7 +136,9 @@ def request_from_args(args: argparse.Namespace, preset: Preset) -> PlanRequest:
         gpus=parse_gpu_list(args.gpus) if args.gpus else None, tp=args.tp, dp=args.dp, mtp=mtp,
         mem_fraction=args.mem_fraction, kv_tokens=args.kv_tokens, kv_cache_dtype=args.kv_cache_dtype,
         context_length=args.context_length, host=args.host, advertise_host=args.advertise_host,
-        base_port=args.base_port, api_key=args.api_key, extra_args=extra, python=args.python)
+        base_port=args.base_port, api_key=args.api_key, extra_args=extra, python=args.python,
+        detected_gpus=args.detected_gpus,
+        detected_gpu_memory_gib=None if args.detected_gpu_memory_mib is None else args.detected_gpu_memory_mib / 1024)
 
 
 def run(argv: Sequence[str] | None = None) -> str:

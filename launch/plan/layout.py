@@ -74,6 +74,9 @@ class PlanRequest:
     api_key: str | None = None
     extra_args: tuple[str, ...] = ()
     python: str = "python3"
+    # What nvidia-smi reports on the node; it caps the preset (never raises it) for a real GPU preset.
+    detected_gpus: int | None = None
+    detected_gpu_memory_gib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -184,10 +187,21 @@ def _choose_tp(req: PlanRequest, usable: int, gpu_gib: float, frac: float,
 def make_plan(req: PlanRequest) -> Plan:
     """Validate the request and lay the fleet out; raises PlanError with a user-facing message."""
     preset, model = req.preset, req.model
+    notes: list[str] = []
     node_gpus = req.num_gpus if req.num_gpus is not None else preset.gpu_count
+    detected = req.detected_gpus
+    if req.num_gpus is None and detected is not None and not preset.simulated and 0 < detected < node_gpus:
+        notes.append(f"nvidia-smi sees {detected} GPU(s), fewer than the {node_gpus} of preset {preset.name}: "
+                     f"planning for {detected}")
+        node_gpus = detected
     if node_gpus < 1:
         raise PlanError(f"--num-gpus must be at least 1, got {node_gpus}")
     gpu_gib = req.gpu_memory_gib if req.gpu_memory_gib is not None else preset.gpu_memory_gib
+    seen = req.detected_gpu_memory_gib
+    if req.gpu_memory_gib is None and seen is not None and not preset.simulated and 0 < seen < 0.98 * gpu_gib:
+        notes.append(f"nvidia-smi reports {seen:.1f} GiB per GPU, less than the preset's {gpu_gib:g}: "
+                     f"planning with {seen:.1f}")
+        gpu_gib = seen
     if gpu_gib <= 0:
         raise PlanError(f"GPU memory must be positive, got {gpu_gib:g} GiB")
     frac = req.mem_fraction if req.mem_fraction is not None else preset.mem_fraction_static
@@ -225,7 +239,6 @@ def make_plan(req: PlanRequest) -> Plan:
                                   url=f"http://{_url_host(advertise)}:{port}",
                                   health_url=f"http://{_url_host(probe)}:{port}/health",
                                   argv=argv, env=env))
-    notes: list[str] = []
     if idle:
         notes.append(f"GPU(s) {','.join(map(str, idle))} left idle: {len(selected)} GPUs do not split into "
                      f"instances of TP={mem.tp} x DP={req.dp}")
