@@ -31,7 +31,7 @@ Layout and memory
   --tp N / --dp N          tensor / data parallel per server (default: TP as small as fits, DP 1) [TP] [DP]
   --mem-fraction F         SGLang --mem-fraction-static (default: the preset's)            [MEM_FRACTION]
   --context-length N       SGLang --context-length (default: the model's)                [CONTEXT_LENGTH]
-  --kv-tokens N            KV-cache tokens a replica must hold (default: 131072)              [KV_TOKENS]
+  --kv-tokens N            KV-cache tokens a replica must hold (default: 65536)                [KV_TOKENS]
   --kv-cache-dtype T       auto, bf16, fp8_e4m3, fp8_e5m2 (default: auto)                [KV_CACHE_DTYPE]
 MTP (speculative decoding with the model's own MTP head)
   --mtp on|off, --no-mtp   default on                                                              [MTP]

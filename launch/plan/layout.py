@@ -17,7 +17,7 @@ from launch.plan.model import KvDtype, ModelSpec
 from launch.plan.presets import Preset
 
 SPECULATIVE_ALGORITHMS = ("EAGLE", "NEXTN")
-DEFAULT_KV_TOKENS = 131_072
+DEFAULT_KV_TOKENS = 65_536
 
 
 @dataclass(frozen=True)
