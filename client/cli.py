@@ -9,14 +9,17 @@ from client.request import SamplingSettings
 
 DESCRIPTION = """\
 Regenerate every completion of a prompt set with one target model on a fleet of SGLang (or vLLM)
-servers. Results are appended to JSONL segments under --out; running the same command again
-continues where the last run stopped and never sends a done id twice.
+servers. Results are appended to JSONL segments under --out (and, with --s3, uploaded to S3 as they
+close); running the same command again continues where the last run stopped and never sends a done id
+twice, even from a fresh host with an empty --out when --s3 holds the results.
 """
 
 EPILOG = """\
 examples:
   python -m client.run --simulate 4 --prompts prompts/sample.jsonl --out runs/demo
   python -m client.run --endpoints @endpoints.txt --prompts data.jsonl --out runs/full --gpus 8
+  python -m client.run --endpoints @endpoints.txt --prompts data.jsonl --out runs/full \
+      --s3 s3://my-bucket/regen/run1 --shard 0/2        # on a second host: --shard 1/2
 
 exit codes:
   0    every valid prompt is done
@@ -24,6 +27,7 @@ exit codes:
   2    bad options, unreachable endpoints, unknown model or unwritable --out; nothing was sent
   3    bad input and --strict was given
   4    results could not be written (disk full or read-only); free space and run again
+  5    the run ended, but some segments are not in S3 yet (S3 unreachable); run again to upload them
   130  stopped by Ctrl-C or SIGTERM; run again to continue
 """
 
@@ -32,6 +36,20 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
+
+
+def _part_mb(text: str) -> float:
+    value = float(text)
+    if value < 5:
+        raise argparse.ArgumentTypeError(f"S3 refuses multipart parts under 5 MB, got {value}")
     return value
 
 
@@ -69,6 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
                       help="rotate a segment at this size (default: %(default)s)")
     data.add_argument("--segment-age", type=float, default=300.0, metavar="SECONDS",
                       help="rotate a segment at this age (default: %(default)s)")
+
+    sync = parser.add_argument_group("S3 sync (credentials and region from the standard AWS chain)")
+    sync.add_argument("--s3", metavar="s3://BUCKET/PREFIX",
+                      help="upload closed segments here as the run goes, and resume from what is there")
+    sync.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
+    sync.add_argument("--sync-interval", type=_positive_float, default=180.0, metavar="SECONDS",
+                      help="with --s3, close and upload the open segment at least this often, so at most "
+                           "this much work exists only on local disk (default: %(default)s)")
+    sync.add_argument("--sync-wait", type=float, default=300.0, metavar="SECONDS",
+                      help="at the end of the run, wait this long at most for the uploads (default: %(default)s)")
+    sync.add_argument("--delete-uploaded", action="store_true",
+                      help="delete a local segment once its upload is verified and listed in the manifest")
+    sync.add_argument("--s3-gzip", action="store_true", help="store segments gzip-compressed (.jsonl.gz)")
+    sync.add_argument("--s3-part-mb", type=_part_mb, default=64.0, metavar="MB",
+                      help="segments larger than this go up as multipart uploads of parts this size "
+                           "(at least 5; default: %(default)s)")
 
     sampling = parser.add_argument_group("sampling (defaults: Qwen3 thinking mode)")
     defaults = SamplingSettings()
