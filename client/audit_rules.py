@@ -1,0 +1,156 @@
+"""Pure per-record judgements of the audit: stub replies, token parts, and tool-call validity.
+
+Tool calls are checked against the tool's JSON schema with a deliberately small subset of JSON Schema
+(required keys, basic types, enum, nested properties and items, additionalProperties: false), which is
+what tool definitions use in practice; no schema library is needed and nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+# The stub that started the project: `<think>\n</think>\nOK.<|im_end|>`, six tokens. A reasoning parser
+# may leave the empty think block in the content or strip it; both spellings are stubs.
+_STUB_CONTENT = re.compile(r"\A\s*(?:<think>\s*</think>\s*)?(?:ok|okay|sure|yes|done)[.!]?\s*(?:<\|im_end\|>)?\s*\Z",
+                           re.IGNORECASE)
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def usage_int(usage: object, key: str) -> int | None:
+    if not isinstance(usage, Mapping):
+        return None
+    value = usage.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    details = usage.get("completion_tokens_details")
+    if key == "reasoning_tokens" and isinstance(details, Mapping):
+        nested = details.get("reasoning_tokens")
+        if isinstance(nested, int) and not isinstance(nested, bool):
+            return nested
+    return None
+
+
+def is_stub(reasoning: str, content: str, has_tool_calls: bool) -> bool:
+    """The `<think>\\n</think>\\nOK.` pattern: no reasoning, no tool call, a one-word acknowledgement."""
+    return not has_tool_calls and not reasoning.strip() and _STUB_CONTENT.match(content) is not None
+
+
+def token_parts(record: Mapping[str, Any]) -> tuple[int, float, float]:
+    """(reasoning, content, tool-call) tokens of one result.
+
+    Reasoning comes from `usage` when the server reports it, else from the share of characters; the
+    rest of `completion_tokens` is split between content and tool calls by their characters (the server
+    does not count them apart, so this part is an estimate).
+    """
+    usage = record.get("usage")
+    total = usage_int(usage, "completion_tokens") or 0
+    reasoning_text = record.get("reasoning") or ""
+    content_text = record.get("content") or ""
+    calls = record.get("tool_calls") or []
+    tool_chars = 0
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            tool_chars += len(str(function.get("name") or "")) + len(str(function.get("arguments") or ""))
+    reasoning = usage_int(usage, "reasoning_tokens")
+    chars = len(reasoning_text) + len(content_text) + tool_chars
+    if reasoning is None:
+        reasoning = round(total * len(reasoning_text) / chars) if chars else 0
+    reasoning = min(max(reasoning, 0), total)
+    rest = total - reasoning
+    other_chars = len(content_text) + tool_chars
+    tools = rest * tool_chars / other_chars if other_chars else 0.0
+    return reasoning, rest - tools, tools
+
+
+def _type_ok(value: object, expected: object) -> bool:
+    names = expected if isinstance(expected, list) else [expected]
+    for name in names:
+        if name == "null" and value is None:
+            return True
+        kinds = _JSON_TYPES.get(name) if isinstance(name, str) else None
+        if kinds is None:
+            return True  # a type we do not know: do not call the value wrong
+        if isinstance(value, bool) and name != "boolean":
+            continue  # JSON true is not a number
+        if name == "integer" and isinstance(value, float) and value.is_integer():
+            return True
+        if isinstance(value, kinds):
+            return True
+    return False
+
+
+def schema_problem(value: object, schema: object, where: str = "arguments", depth: int = 0) -> str | None:
+    """The first way `value` breaks `schema`, or None. Unknown keywords are ignored."""
+    if not isinstance(schema, Mapping) or depth > 8:
+        return None
+    expected = schema.get("type")
+    if expected is not None and not _type_ok(value, expected):
+        return f"{where} is {type(value).__name__}; the schema wants {expected}"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and value not in enum:
+        return f"{where} is {value!r}; the schema allows only {enum}"
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, Mapping) else {}
+        required = schema.get("required")
+        for key in required if isinstance(required, list) else []:
+            if key not in value:
+                return f"{where} lacks the required key {key!r}"
+        for key, item in value.items():
+            if key in properties:
+                problem = schema_problem(item, properties[key], f"{where}.{key}", depth + 1)
+                if problem:
+                    return problem
+            elif schema.get("additionalProperties") is False:
+                return f"{where} has the key {key!r}, which the schema does not allow"
+    if isinstance(value, list):
+        items = schema.get("items")
+        for index, item in enumerate(value):
+            problem = schema_problem(item, items, f"{where}[{index}]", depth + 1)
+            if problem:
+                return problem
+    return None
+
+
+def tool_schemas(tools: object) -> dict[str, object]:
+    """Tool name -> its parameters schema, from the request's OpenAI tool list."""
+    found: dict[str, object] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            found[function["name"]] = function.get("parameters")
+    return found
+
+
+def tool_call_problem(call: object, schemas: Mapping[str, object]) -> tuple[str, str] | None:
+    """(kind, detail) of the first problem of one tool call, or None when it is valid."""
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping):
+        return "malformed", "the tool call has no function object"
+    name = function.get("name")
+    if not isinstance(name, str) or name not in schemas:
+        return "unknown tool", f"{name!r} is not one of the request's tools"
+    arguments = function.get("arguments")
+    try:
+        parsed = orjson.loads(arguments) if isinstance(arguments, str | bytes) else arguments
+    except orjson.JSONDecodeError:
+        return "arguments not JSON", f"{name}: arguments do not parse as JSON: {str(arguments)[:80]!r}"
+    if not isinstance(parsed, dict):
+        return "arguments not an object", f"{name}: arguments are {type(parsed).__name__}, not a JSON object"
+    problem = schema_problem(parsed, schemas[name])
+    if problem is not None:
+        return "schema mismatch", f"{name}: {problem}"
+    return None
