@@ -1,0 +1,243 @@
+"""launch/start_servers.sh and launch/stop_servers.sh for real: the sim preset starts servers on loopback,
+waits for /health, writes the endpoints and PID files; stop leaves no process behind. Also the failure
+reports, the dry run, env files and the guards. Every server listens on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+START = REPO / "launch" / "start_servers.sh"
+STOP = REPO / "launch" / "stop_servers.sh"
+
+
+def free_base_port(count: int) -> int:
+    """A base port with `count` free ports after it on 127.0.0.1."""
+    for _ in range(100):
+        base = random.randint(20_000, 60_000)
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return base
+    raise AssertionError("no free port range on 127.0.0.1")
+
+
+def sh(script: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, check=False, stdin=subprocess.DEVNULL)
+
+
+def endpoints(path: Path) -> list[str]:
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def recorded_pids(pid_file: Path) -> list[int]:
+    return [int(line.split("\t")[0]) for line in pid_file.read_text().splitlines()
+            if line and not line.startswith("#")]
+
+
+def leftovers(pids: list[int]) -> list[str]:
+    """Live (non-zombie) processes that are a recorded server or in a recorded server's process group."""
+    found = []
+    for proc in psutil.process_iter(["pid", "status", "cmdline"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.pid in pids or os.getpgid(proc.pid) in pids:
+                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])}")
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return found
+
+
+def get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.status, resp.read()
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "servers"
+    yield d
+    if (d / "servers.pid").exists():  # a failed test must not leave servers running
+        sh(STOP, "--log-dir", str(d), "--timeout", "5")
+
+
+def start_sim(log_dir: Path, base: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    return sh(START, "--preset", "sim", "--python", sys.executable, "--log-dir", str(log_dir),
+              "--base-port", str(base), *extra)
+
+
+@pytest.mark.slow
+def test_sim_fleet_starts_waits_for_health_and_stops_clean(log_dir: Path) -> None:
+    base = free_base_port(4)
+    # A startup delay makes /health answer 503 first: the script must wait through it.
+    result = start_sim(log_dir, base, "--extra-args", "--startup-delay 1.5 --speed 20")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all 4 server(s) ready" in result.stdout
+
+    urls = endpoints(log_dir / "endpoints.txt")
+    assert urls == [f"http://127.0.0.1:{base + k}" for k in range(4)]
+    for url in urls:
+        assert get(url + "/health")[0] == 200
+        status, body = get(url + "/v1/models")
+        assert status == 200 and b"Qwen/Qwen3.6-27B" in body
+    pids = recorded_pids(log_dir / "servers.pid")
+    assert len(pids) == 4
+    for k in range(4):
+        first = (log_dir / f"server{k}.log").read_text().splitlines()[0]
+        assert f"-m launch.sim --host 127.0.0.1 --port {base + k} " in first  # each log opens with its command
+
+    again = start_sim(log_dir, free_base_port(4))
+    assert again.returncode == 2
+    assert "still running" in again.stderr and "stop_servers.sh --pid-file" in again.stderr
+
+    status = sh(STOP, "--log-dir", str(log_dir), "--status")
+    assert status.returncode == 0 and status.stdout.count(": running") == 4
+
+    stopped = sh(STOP, "--log-dir", str(log_dir))
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped 4 server(s)" in stopped.stdout
+    assert leftovers(pids) == []
+    assert not (log_dir / "servers.pid").exists()
+    for port in range(base, base + 4):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_is_named_with_its_log_and_the_rest_are_stopped(log_dir: Path) -> None:
+    result = start_sim(log_dir, free_base_port(2), "--gpus", "0-1", "--", "--no-such-flag")
+    assert result.returncode == 1
+    assert "error: server0 (simulated, port" in result.stderr
+    assert "exited (code 2) before it answered /health" in result.stderr
+    assert "unrecognized arguments: --no-such-flag" in result.stderr  # the log's tail
+    assert not (log_dir / "endpoints.txt").exists()
+    assert not (log_dir / "servers.pid").exists()
+
+
+@pytest.mark.slow
+def test_health_timeout_names_the_slow_servers_and_stops_them(log_dir: Path) -> None:
+    result = start_sim(log_dir, free_base_port(2), "--gpus", "0-1", "--extra-args", "--startup-delay 60",
+                       "--health-timeout", "2")
+    assert result.returncode == 1
+    for name in ("server0", "server1"):
+        assert f"error: {name} (simulated, port" in result.stderr
+    assert "did not answer /health within 2s" in result.stderr
+    assert "simulated SGLang serving" in result.stderr  # the last log lines are shown
+    assert "stopped 2 server(s)" in result.stderr
+    assert not (log_dir / "servers.pid").exists()
+
+
+def test_dry_run_prints_commands_and_starts_nothing(log_dir: Path) -> None:
+    result = sh(START, "--preset", "b200-8x", "--gpus", "0-6", "--api-key", "s3cret", "--log-dir", str(log_dir),
+                "--advertise-host", "node7", "--dry-run", "--explain", "--", "--max-running-requests", "64")
+    assert result.returncode == 0, result.stderr
+    commands = [line for line in result.stdout.splitlines() if "sglang.launch_server" in line]
+    assert len(commands) == 7
+    assert commands[6].startswith("CUDA_VISIBLE_DEVICES=6 python3 -m sglang.launch_server ")
+    assert all("--attention-backend trtllm_mha" in c and c.endswith("2>&1 &") for c in commands)
+    assert all("--max-running-requests 64" in c for c in commands)
+    assert "s3cret" not in result.stdout + result.stderr
+    assert "http://node7:30006" in result.stdout
+    assert "Choice: TP=1 fits" in result.stderr  # --explain
+    assert not log_dir.exists()
+
+
+def test_env_file_with_flags_on_top(tmp_path: Path, log_dir: Path) -> None:
+    env = tmp_path / "node.env"
+    env.write_text("# the training node\nPRESET=blackwell-4x\nexport GPUS=0-1   # two of four\n"
+                   "EXTRA_ARGS=\"--max-running-requests 48\"\nMTP=off\nBASE_PORT=31000\n\n"
+                   "SERVED_MODEL_NAME='my model'\n")
+    result = sh(START, "--env-file", str(env), "--base-port=32000", "--log-dir", str(log_dir), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    commands = [line for line in result.stdout.splitlines() if "sglang.launch_server" in line]
+    assert len(commands) == 2
+    assert "--port 32000" in commands[0] and "--port 32001" in commands[1]
+    assert "--max-running-requests 48" in commands[0]
+    assert "--speculative-algorithm" not in commands[0]
+    assert "--served-model-name 'my model'" in commands[0]
+
+
+@pytest.mark.parametrize(("args", "content", "message"), [
+    (["--preset", "nope"], None, "unknown preset 'nope'"),
+    (["--preset", "blackwell-4x", "--gpus", "0-5"], None, "GPU 4 does not exist"),
+    (["--preset", "blackwell-4x", "--bogus", "1"], None, "unknown option --bogus"),
+    (["--preset", "blackwell-4x", "--mtp", "maybe"], None, "MTP must be on or off"),
+    (["--preset", "blackwell-4x", "stray"], None, "unexpected argument 'stray'"),
+    ([], "PRESET=sim\nMODLE_PATH=x\n", "node.env:2: unknown setting 'MODLE_PATH'"),
+    ([], "PRESET sim\n", "node.env:1: expected KEY=VALUE"),
+])
+def test_bad_input_fails_with_a_clear_message(tmp_path: Path, log_dir: Path, args: list[str],
+                                              content: str | None, message: str) -> None:
+    if content is not None:
+        (tmp_path / "node.env").write_text(content)
+        args = ["--env-file", str(tmp_path / "node.env"), *args]
+    result = sh(START, *args, "--log-dir", str(log_dir), "--dry-run")
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_busy_port_is_refused_before_anything_starts(log_dir: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = start_sim(log_dir, port, "--gpus", "0")
+    assert result.returncode == 2
+    assert f"port {port} is already in use" in result.stderr
+    assert not (log_dir / "servers.pid").exists()
+
+
+def test_stop_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
+    """A PID file entry whose PID now belongs to another process (other start time) is not signalled."""
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        pid_file = tmp_path / "servers.pid"
+        pid_file.write_text(f"# header\n{other.pid}\tserver0\t30000\tMon Jan  1 00:00:00 2001\n")
+        result = sh(STOP, "--pid-file", str(pid_file), "--timeout", "1")
+        assert result.returncode == 0
+        assert "left alone" in result.stdout
+        time.sleep(0.2)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_stop_without_a_pid_file(tmp_path: Path) -> None:
+    result = sh(STOP, "--pid-file", str(tmp_path / "none.pid"))
+    assert result.returncode == 2 and "no PID file" in result.stderr
+    assert sh(STOP, "--pid-file", str(tmp_path / "none.pid"), "--status").returncode == 1
+
+
+def test_help_reads_well() -> None:
+    for script in (START, STOP):
+        result = sh(script, "--help")
+        assert result.returncode == 0 and result.stdout.startswith("Usage: launch/")
+    text = sh(START, "--help").stdout
+    for option in ("--preset", "--gpus", "--tp", "--mtp", "--mtp-steps", "--mtp-topk", "--mtp-draft-tokens",
+                   "--base-port", "--host", "--api-key", "--context-length", "--mem-fraction", "--extra-args",
+                   "--log-dir", "--env-file", "--dry-run", "--explain", "--health-timeout"):
+        assert option in text, option
