@@ -245,9 +245,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     fi
 fi
 
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-plan=$("$python" -m launch.plan --format bash --python "$python" ${plan_args[@]+"${plan_args[@]}"}) ||
-    exit 2
+# The repo goes on the import path of the planner and the simulator only, never of SGLang itself.
+repo_path="$repo${PYTHONPATH:+:$PYTHONPATH}"
+plan=$(PYTHONPATH="$repo_path" "$python" -m launch.plan --format bash --python "$python" \
+    ${plan_args[@]+"${plan_args[@]}"}) || exit 2
 eval "$plan"
 
 for ((k = 0; k < PLAN_NOTES; k++)); do
@@ -323,6 +324,7 @@ started=$SECONDS
 for ((i = 0; i < PLAN_COUNT; i++)); do
     eval "argv=(\"\${PLAN_ARGV_${i}[@]}\")"
     eval "envs=(\${PLAN_ENV_${i}[@]+\"\${PLAN_ENV_${i}[@]}\"})"
+    if [[ $PLAN_SIMULATED == 1 ]]; then envs+=("PYTHONPATH=$repo_path"); fi
     name=$(field NAME "$i")
     log="$log_dir/$name.log"
     { field SHOWN "$i"; echo; } >"$log"

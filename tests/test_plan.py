@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launch.plan import PlanError, load_preset, make_plan, preset_names
-from launch.plan.cli import _preset, build_parser, main, request_from_args, run
+from launch.plan.cli import build_parser, main, preset_from_args, request_from_args, run
 from launch.plan.layout import Plan
 from launch.plan.memory import GIB
 from launch.plan.model import QWEN36_27B, QWEN36_27B_FP8
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def plan_of(*argv: str) -> Plan:
     args = build_parser().parse_args(list(argv))
-    return make_plan(request_from_args(args, _preset(args)))
+    return make_plan(request_from_args(args, preset_from_args(args)))
 
 
 def flag(plan: Plan, index: int, name: str) -> str | None:

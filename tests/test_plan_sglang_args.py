@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from launch.plan import make_plan, preset_names
-from launch.plan.cli import _preset, build_parser, request_from_args
+from launch.plan.cli import build_parser, preset_from_args, request_from_args
 from launch.plan.layout import Plan
 from launch.sim.__main__ import build_parser as sim_parser
 
@@ -63,7 +63,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 
 def plan_of(*argv: str) -> Plan:
     args = build_parser().parse_args(list(argv))
-    return make_plan(request_from_args(args, _preset(args)))
+    return make_plan(request_from_args(args, preset_from_args(args)))
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _preset(args: argparse.Namespace) -> Preset:
+def preset_from_args(args: argparse.Namespace) -> Preset:
     if args.preset:
         return load_preset(args.preset)
     if args.num_gpus is None or args.gpu_memory_gib is None:
@@ -152,7 +152,7 @@ def run(argv: Sequence[str] | None = None) -> str:
         if args.preset and not presets[0].simulated:
             presets.append(load_preset("sim"))
         return render_compose([request_from_args(args, p) for p in presets])
-    plan = make_plan(request_from_args(args, _preset(args)))
+    plan = make_plan(request_from_args(args, preset_from_args(args)))
     if args.format == "bash":
         if args.explain:
             sys.stderr.write(render_explain(plan))
