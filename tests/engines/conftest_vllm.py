@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .tiny_models import MODEL_NAMES, build_tiny_models, load_script
-from .vllm_server import REPO_ROOT, SETUP_HINT, VLLMServer, VLLMServerError, vllm_python
+from .vllm_server import REPO_ROOT, VLLMServer, VLLMServerError, vllm_python
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -46,7 +46,8 @@ def vllm_venv_python() -> Path:
     try:
         return vllm_python()
     except VLLMServerError as exc:
-        pytest.fail(f"{exc}. The vLLM tests need it; {SETUP_HINT}.", pytrace=False)
+        message = str(exc)
+    pytest.fail(message, pytrace=False)  # outside the except: no chained traceback
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +55,8 @@ def tiny_model_dirs(vllm_venv_python: Path) -> dict[str, Path]:
     try:
         return build_tiny_models(vllm_venv_python)
     except VLLMServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        message = str(exc)
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -79,10 +81,10 @@ def vllm_server_factory(
         servers.append(server)
         server.log_path.unlink(missing_ok=True)
         try:
-            server.start()
+            return server.start()
         except VLLMServerError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        return server
+            message = str(exc)
+        pytest.fail(message, pytrace=False)
 
     try:
         yield factory

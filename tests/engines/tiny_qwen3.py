@@ -83,9 +83,17 @@ _WORDS = [
 
 
 def _corpus() -> list[str]:
-    """Deterministic training text: template fragments, JSON, and pseudo-English sentences."""
+    """Deterministic training text (independent of the chat template file): chat markup, JSON, and
+    pseudo-English sentences."""
     rng = random.Random(SEED)
-    lines = [CHAT_TEMPLATE, json.dumps({"type": "function", "function": {"name": TOOL_NAME}})]
+    lines = [
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n",
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n",
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n',
+        json.dumps({"type": "function", "function": {"name": TOOL_NAME, "description": "Get the weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}),
+    ]
     for _ in range(3000):
         n = rng.randint(4, 16)
         sentence = " ".join(rng.choice(_WORDS) for _ in range(n))

@@ -168,6 +168,7 @@ class VLLMServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group: stop() reaches EngineCore and workers
+                preexec_fn=_die_with_parent,
                 env=self._environment(),
                 cwd=REPO_ROOT,
             )
@@ -231,6 +232,17 @@ class VLLMServer:
         return f"VLLMServer({self.model_name!r}, url={self.url!r}, log={str(self.log_path)!r})"
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the test process dies without stopping us (Linux only).
+
+    vLLM's API server then shuts its EngineCore and workers down itself.
+    """
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -255,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
     server = VLLMServer(args.model, args.name, port=args.port, extra_args=extra)
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds the with-block, which stops the server group
+
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGHUP, _exit)
     with server:
         print(f"ready: {server.base_url} (model {server.model_name}); log {server.log_path}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):

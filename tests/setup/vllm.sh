@@ -11,7 +11,7 @@ set -euo pipefail
 VLLM_VERSION="0.32.0"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${1:-$REPO_ROOT/.venv-vllm}"
-PYTHON="${PYTHON:-python3.11}"
+PYTHON="${VLLM_SETUP_PYTHON:-python3.11}"
 start=$(date +%s)
 
 log() { printf '[vllm-setup] %s\n' "$*" >&2; }
