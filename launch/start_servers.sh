@@ -105,7 +105,7 @@ get() {
 }
 
 load_env_file() {
-    local file=$1 line key value n=0
+    local file=$1 line key value quote n=0
     [[ -f $file ]] || die "env file '$file' not found"
     while IFS= read -r line || [[ -n $line ]]; do
         n=$((n + 1))
@@ -115,8 +115,11 @@ load_env_file() {
         [[ $line == *=* ]] || die "$file:$n: expected KEY=VALUE, got: $line"
         key=${line%%=*}
         value=${line#*=}
-        if [[ ${#value} -ge 2 && ( ($value == \"*\" && $value == *\") || ($value == \'*\' && $value == *\') ) ]]; then
-            value=${value:1:${#value}-2}
+        if [[ $value == \"* || $value == \'* ]]; then # quoted: up to the closing quote, then a comment
+            quote=${value:0:1}
+            value=${value:1}
+            [[ $value == *"$quote"* ]] || die "$file:$n: unterminated $quote quote"
+            value=${value%%"$quote"*}
         else
             value=${value%%[[:space:]]#*}
             value=${value%"${value##*[![:space:]]}"}

@@ -170,14 +170,15 @@ def test_dry_run_prints_commands_and_starts_nothing(log_dir: Path) -> None:
 def test_env_file_with_flags_on_top(tmp_path: Path, log_dir: Path) -> None:
     env = tmp_path / "node.env"
     env.write_text("# the training node\nPRESET=blackwell-4x\nexport GPUS=0-1   # two of four\n"
-                   "EXTRA_ARGS=\"--max-running-requests 48\"\nMTP=off\nBASE_PORT=31000\n\n"
+                   "EXTRA_ARGS=\"--max-running-requests 48 --log-level 'warning'\"  # quoted, then a comment\n"
+                   "MTP=off\nBASE_PORT=31000\n\n"
                    "SERVED_MODEL_NAME='my model'\n")
     result = sh(START, "--env-file", str(env), "--base-port=32000", "--log-dir", str(log_dir), "--dry-run")
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if "sglang.launch_server" in line]
     assert len(commands) == 2
     assert "--port 32000" in commands[0] and "--port 32001" in commands[1]
-    assert "--max-running-requests 48" in commands[0]
+    assert commands[0].endswith(f"--max-running-requests 48 --log-level warning > {log_dir}/server0.log 2>&1 &")
     assert "--speculative-algorithm" not in commands[0]
     assert "--served-model-name 'my model'" in commands[0]
 
@@ -190,6 +191,7 @@ def test_env_file_with_flags_on_top(tmp_path: Path, log_dir: Path) -> None:
     (["--preset", "blackwell-4x", "stray"], None, "unexpected argument 'stray'"),
     ([], "PRESET=sim\nMODLE_PATH=x\n", "node.env:2: unknown setting 'MODLE_PATH'"),
     ([], "PRESET sim\n", "node.env:1: expected KEY=VALUE"),
+    ([], "PRESET='sim\n", "node.env:1: unterminated ' quote"),
 ])
 def test_bad_input_fails_with_a_clear_message(tmp_path: Path, log_dir: Path, args: list[str],
                                               content: str | None, message: str) -> None:
