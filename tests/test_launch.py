@@ -245,3 +245,10 @@ def test_help_reads_well() -> None:
                    "--base-port", "--host", "--api-key", "--context-length", "--mem-fraction", "--extra-args",
                    "--log-dir", "--env-file", "--dry-run", "--explain", "--health-timeout"):
         assert option in text, option
+
+
+@pytest.mark.parametrize("env_file", sorted(p.name for p in (REPO / "launch").glob("*.env")))
+def test_shipped_env_files_plan_cleanly(env_file: str, log_dir: Path) -> None:
+    result = sh(START, "--env-file", str(REPO / "launch" / env_file), "--log-dir", str(log_dir), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(" 2>&1 &\n") >= 4
