@@ -1,0 +1,189 @@
+"""The projection's arithmetic, pure and deterministic: sustained throughput, makespan, bootstrap.
+
+Sustained throughput. Each finished request is an interval, from its first token to its end, that
+produced `completion_tokens` at an even pace. Spreading every interval over time bins gives, per bin,
+the tokens the fleet produced and the number of requests it was decoding. The fleet counts as
+saturated in the bins where that concurrency (smoothed over one typical request duration) is at least
+90% of its peak (its 95th percentile, so one lucky bin does not set the bar): the window runs from the
+first such bin to the last, dips included, leaving out only gross gaps (under half the peak, such as a
+restart of a partial run). The throughput is tokens over time in that window. So the ramp-up and the
+tail of a short sample (when few long requests are left) do not dilute the figure, and a request that
+straddles the window edge counts only with its share inside.
+
+Wall time. The whole set runs as list scheduling on the fleet's slots: the measured mean concurrency
+at saturation gives the slot count C and the throughput T gives the per-slot pace T/C. Simulating N
+jobs with lengths drawn from the sample gives the makespan, which adds the tail (the last long
+requests alone on an otherwise idle fleet) to total/T. The tail is taken from one simulation; the
+uncertainty interval comes from a stratified bootstrap of the mean length and a block bootstrap of
+the throughput over contiguous stretches of the saturated window.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SATURATION = 0.9
+GAP = 0.5
+MAX_BINS = 20_000
+BLOCKS = 20
+MAX_SIMULATED_JOBS = 100_000
+EXACT_BOOTSTRAP_LIMIT = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    tokens_per_s: float
+    concurrency: float  # mean requests in decode over the saturated window
+    peak_concurrency: float
+    window_s: float
+    span_s: float
+    blocks: tuple[tuple[float, float], ...]  # (tokens, seconds) of contiguous stretches of the window
+
+    @property
+    def per_slot(self) -> float:
+        return self.tokens_per_s / self.concurrency if self.concurrency > 0 else 0.0
+
+
+def _smooth(values: list[float], width: int) -> list[float]:
+    if width <= 1:
+        return values
+    half = width // 2
+    prefix = [0.0]
+    for value in values:
+        prefix.append(prefix[-1] + value)
+    out = []
+    for i in range(len(values)):
+        lo, hi = max(0, i - half), min(len(values), i + half + 1)
+        out.append((prefix[hi] - prefix[lo]) / (hi - lo))
+    return out
+
+
+def sustained_throughput(starts: Sequence[float], ends: Sequence[float], tokens: Sequence[int],
+                         level: float = SATURATION) -> Throughput | None:
+    """Fleet tokens/s while it was saturated (see the module docstring); None without usable spans."""
+    if not starts:
+        return None
+    t0, t1 = min(starts), max(ends)
+    span = t1 - t0
+    durations = [max(0.0, e - s) for s, e in zip(starts, ends, strict=True)]
+    typical = statistics.median(durations)
+    if span <= 0 or typical <= 0:
+        return None
+    step = max(span / MAX_BINS, typical / 4)
+    bins = max(1, math.ceil(span / step))
+    busy = [0.0] * bins
+    made = [0.0] * bins
+    for s, e, n in zip(starts, ends, tokens, strict=True):
+        if e <= s:
+            made[min(bins - 1, int((e - t0) / step))] += n
+            continue
+        pace = n / (e - s)
+        first, last = int((s - t0) / step), min(bins - 1, int((e - t0) / step))
+        for b in range(first, last + 1):
+            overlap = min(e, t0 + (b + 1) * step) - max(s, t0 + b * step)
+            if overlap > 0:
+                busy[b] += overlap
+                made[b] += overlap * pace
+    concurrency = _smooth([x / step for x in busy], max(1, round(typical / step)))
+    # A high quantile, not the maximum: one lucky bin must not set the bar for the whole run.
+    active = sorted(c for c in concurrency if c > 0)
+    peak = quantile(active, 0.95)
+    high = [b for b in range(bins) if concurrency[b] >= level * peak]
+    if not high or peak <= 0:
+        return None
+    # Every bin between the first and the last saturated one counts, dips included (picking only the
+    # busiest bins would pick the fastest ones); only gross gaps, such as a restart, are left out.
+    chosen = [b for b in range(high[0], high[-1] + 1) if concurrency[b] >= GAP * peak]
+    window = len(chosen) * step
+    count = min(BLOCKS, len(chosen))
+    blocks = []
+    for k in range(count):
+        part = chosen[k * len(chosen) // count:(k + 1) * len(chosen) // count]
+        blocks.append((sum(made[b] for b in part), len(part) * step))
+    return Throughput(
+        tokens_per_s=sum(made[b] for b in chosen) / window,
+        concurrency=sum(busy[b] for b in chosen) / window,
+        peak_concurrency=peak, window_s=window, span_s=span, blocks=tuple(blocks),
+    )
+
+
+def makespan(lengths: Sequence[int], slots: int, per_slot: float) -> float:
+    """List scheduling: each job takes the first free slot and holds it for length / per_slot seconds."""
+    free = [0.0] * max(1, slots)
+    for length in lengths:
+        heapq.heapreplace(free, free[0] + length / per_slot)
+    return max(free)
+
+
+def tail_seconds(lengths: Sequence[int], weights: Sequence[float], jobs: int, slots: int, per_slot: float,
+                 seed: int) -> float:
+    """Makespan minus the saturated time for `jobs` jobs drawn from the weighted lengths."""
+    if jobs <= 0 or not lengths or per_slot <= 0:
+        return 0.0
+    rng = random.Random(seed)
+    drawn = rng.choices(lengths, weights=weights, k=min(jobs, MAX_SIMULATED_JOBS))
+    return max(0.0, makespan(drawn, slots, per_slot) - sum(drawn) / (per_slot * max(1, slots)))
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    point: float
+    low: float
+    high: float
+
+
+def quantile(ordered: Sequence[float], fraction: float) -> float:
+    if not ordered:
+        return 0.0
+    position = fraction * (len(ordered) - 1)
+    lo = int(position)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo)
+
+
+def interval(point: float, replicates: list[float], coverage: float = 0.9) -> Interval:
+    ordered = sorted(replicates)
+    tail = (1 - coverage) / 2
+    return Interval(point, quantile(ordered, tail), quantile(ordered, 1 - tail))
+
+
+def bootstrap_totals(strata: Sequence[tuple[int, Sequence[int]]], rounds: int, seed: int) -> list[float]:
+    """Replicates of sum(count * mean length) over strata, resampling each stratum's lengths.
+
+    A stratum with more than EXACT_BOOTSTRAP_LIMIT lengths (a partial run's results) uses the normal
+    approximation of its mean, which is exact enough at that size and costs nothing.
+    """
+    rng = random.Random(seed)
+    moments = []
+    for count, lengths in strata:
+        n = len(lengths)
+        mean = sum(lengths) / n if n else 0.0
+        sd = statistics.pstdev(lengths) if n > 1 else 0.0
+        moments.append((count, lengths, n, mean, sd))
+    replicates = []
+    for _ in range(rounds):
+        total = 0.0
+        for count, lengths, n, mean, sd in moments:
+            if n == 0:
+                continue
+            if n > EXACT_BOOTSTRAP_LIMIT:
+                total += count * max(0.0, rng.gauss(mean, sd / math.sqrt(n)))
+            else:
+                total += count * sum(rng.choices(lengths, k=n)) / n
+        replicates.append(total)
+    return replicates
+
+
+def bootstrap_rates(blocks: Sequence[tuple[float, float]], rounds: int, seed: int) -> list[float]:
+    rng = random.Random(seed + 1)
+    replicates = []
+    for _ in range(rounds):
+        picked = rng.choices(blocks, k=len(blocks))
+        seconds = sum(s for _, s in picked)
+        replicates.append(sum(t for t, _ in picked) / seconds if seconds > 0 else 0.0)
+    return replicates
