@@ -94,7 +94,9 @@ class BodyReader:
         chunks: list[bytes] = []
         size = 0
         while size < self.part_size and not self.eof:
-            block = self._file.read(min(READ_BLOCK, max(self._remaining, 1)))
+            # Uncompressed parts come out exactly part_size long; gzip output size is only known after.
+            wanted = READ_BLOCK if self._compressor else min(READ_BLOCK, self.part_size - size)
+            block = self._file.read(max(1, min(wanted, self._remaining)))
             self._remaining -= len(block)
             if not block or self._remaining <= 0:
                 self.eof = True

@@ -128,7 +128,9 @@ class S3Server:
             import boto3
             from botocore.config import Config
 
-            self._client = boto3.client("s3", endpoint_url=self.url, config=Config(
+            self._client = boto3.client(
+                "s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="testing",
+                aws_secret_access_key="testing", config=Config(
                 retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=2, read_timeout=10))
         return self._client
 
