@@ -150,6 +150,11 @@ class Dispatcher:
             tracked.consecutive_failures = 0
         await self._notify()
 
+    async def prime(self) -> None:
+        """One load poll of every endpoint that is up, so the first requests already go by capacity."""
+        await asyncio.gather(*(self._poll_load(e, self._tracked[e.index]) for e in self.endpoints
+                               if e.counters.state == UP))
+
     async def watch(self, endpoint: Endpoint) -> None:
         """Keep one endpoint's state and load true, for the whole run."""
         tracked = self._tracked[endpoint.index]

@@ -22,6 +22,8 @@ class EndpointCounters:
     done: int = 0
     errors: int = 0
     completion_tokens: int = 0
+    chunks: int = 0  # SSE events received, for the client-cost benchmark and debugging
+    reads: int = 0  # transport reads that delivered them
     server_running: int | None = None
     server_waiting: int | None = None
     last_error: str = ""

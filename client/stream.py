@@ -37,6 +37,7 @@ class StreamParser:
         "_reasoning",
         "_tools",
         "done",
+        "events",
         "finish_reason",
         "model",
         "prompt_token_ids",
@@ -52,6 +53,7 @@ class StreamParser:
         self._last_tool_index = -1
         self._completion_ids: list[int] | None = None
         self.done = False
+        self.events = 0
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.model: str | None = None
@@ -95,6 +97,7 @@ class StreamParser:
         self._chunk(obj)
 
     def _chunk(self, obj: dict[str, Any]) -> None:
+        self.events += 1
         choices = obj.get("choices")
         if choices:
             choice = choices[0]

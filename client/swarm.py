@@ -127,6 +127,7 @@ class Swarm:
     # -- the run ---------------------------------------------------------------------------------------
 
     async def run(self, companions: list[Callable[[], Coroutine[Any, Any, None]]] | None = None) -> SwarmOutcome:
+        await self.dispatcher.prime()
         async with asyncio.TaskGroup() as group:
             side = [group.create_task(self.dispatcher.watch(e)) for e in self.endpoints]
             side.append(group.create_task(self._rotate()))

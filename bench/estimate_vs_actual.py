@@ -1,0 +1,138 @@
+"""Estimate from a small sample, then run the whole set, on the same simulated fleet: how close is it?
+
+    python bench/estimate_vs_actual.py [--prompts 20000] [--sample 2%] [--servers 2] [--max-running 16]
+        [--speed 10] [--tokens-per-chunk 8] [--mean-tokens 100] [--max-tokens 300] [--seed 0] [--json]
+
+Both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then `client.run`) on
+one fleet of `launch.sim` servers. The actual wall time is the span of the full run's results, from
+the first request sent to the last result written (client start-up excluded, as in the projection).
+Prints a table, or JSON with --json. The output lengths of the simulated servers are heavy-tailed
+and deterministic in the request, so the error of the estimate comes from the sample and the
+throughput measurement only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from client.results_io import iter_records  # noqa: E402
+from launch.sim.fleet import SimFleet, SimServerSpec  # noqa: E402
+
+SOURCES = ("chat", "code", "tools", "multiturn")
+TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}
+
+
+def write_prompts(path: Path, count: int) -> Path:
+    """`count` prompts over four sources of unequal size; the tool source offers a tool."""
+    with path.open("w") as handle:
+        for i in range(count):
+            source = SOURCES[0] if i % 10 < 4 else SOURCES[1] if i % 10 < 7 else SOURCES[2] if i % 10 < 9 \
+                else SOURCES[3]
+            messages: list[dict[str, Any]] = [{"role": "user", "content": f"{source} question {i}: explain {i % 97}."}]
+            if source == "multiturn":
+                messages += [{"role": "assistant", "content": "Sure."},
+                             {"role": "user", "content": f"And then what about {i % 13}?"}]
+            record: dict[str, Any] = {"id": f"{source}-{i:07d}", "messages": messages, "meta": {"source": source}}
+            if source == "tools":
+                record["tools"] = [TOOL]
+            handle.write(json.dumps(record) + "\n")
+    return path
+
+
+def run_span(out: Path) -> tuple[float, int, int]:
+    """(seconds from the first request sent to the last result written, records, completion tokens)."""
+    first, last, records, tokens = float("inf"), 0.0, 0, 0
+    for _, record in iter_records(str(out)):
+        first = min(first, record["created"] - record["timings"]["total_s"])
+        last = max(last, record["created"])
+        records += 1
+        tokens += record["usage"]["completion_tokens"]
+    return last - first, records, tokens
+
+
+def compare(work: Path, *, prompts: int, sample: str, servers: int, max_running: int, speed: float,
+            tokens_per_chunk: int, mean_tokens: int, max_tokens: int, seed: int) -> dict[str, Any]:
+    data = write_prompts(work / "prompts.jsonl", prompts)
+    spec = SimServerSpec(max_running=max_running, speed=speed,
+                         extra_args=("--mean-tokens", str(mean_tokens), "--tokens-per-chunk", str(tokens_per_chunk),
+                                     "--log-level", "warning"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with SimFleet([spec] * servers, seed=seed, log_dir=work / "sim-logs") as fleet:
+        endpoints = ",".join(fleet.urls)
+        started = time.monotonic()
+        estimate = subprocess.run(
+            [sys.executable, "-m", "client.estimate", "--endpoints", endpoints, "--prompts", str(data),
+             "--sample", sample, "--max-tokens", str(max_tokens), "--out", str(work / "calibration"),
+             "--gpus", str(servers), "--seed", str(seed), "--json"],
+            cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=600)
+        estimate_s = time.monotonic() - started
+        if estimate.returncode != 0:
+            raise RuntimeError(f"client.estimate exited {estimate.returncode}:\n{estimate.stderr[-3000:]}")
+        result = json.loads(estimate.stdout)
+        started = time.monotonic()
+        full = subprocess.run(
+            [sys.executable, "-m", "client.run", "--endpoints", endpoints, "--prompts", str(data),
+             "--out", str(work / "full"), "--max-tokens", str(max_tokens), "--plain", "--progress-every", "30"],
+            cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=900)
+        full_s = time.monotonic() - started
+        if full.returncode != 0:
+            raise RuntimeError(f"client.run exited {full.returncode}:\n{full.stderr[-3000:]}")
+    span, records, tokens = run_span(work / "full")
+    whole = result["projection"]["targets"][0]
+    return {
+        "prompts": prompts, "sample": result["input"]["sample_size"], "fleet": f"{servers} x {max_running} slots",
+        "estimate_process_s": round(estimate_s, 2), "full_process_s": round(full_s, 2),
+        "projected_tokens": whole["output_tokens"], "actual_tokens": tokens, "actual_records": records,
+        "projected_wall_s": whole["wall_s"], "actual_wall_s": round(span, 3),
+        "wall_error": round(whole["wall_s"]["point"] / span - 1, 4),
+        "tokens_error": round(whole["output_tokens"]["point"] / tokens - 1, 4),
+        "throughput": result["projection"]["throughput"]["tokens_per_s"], "actual_throughput": tokens / span,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", type=int, default=20_000)
+    parser.add_argument("--sample", default="2%")
+    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--max-running", type=int, default=16)
+    parser.add_argument("--speed", type=float, default=10.0)
+    parser.add_argument("--tokens-per-chunk", type=int, default=8)
+    parser.add_argument("--mean-tokens", type=int, default=100)
+    parser.add_argument("--max-tokens", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="estimate-bench-") as tmp:
+        row = compare(Path(tmp), prompts=args.prompts, sample=args.sample, servers=args.servers,
+                      max_running=args.max_running, speed=args.speed, tokens_per_chunk=args.tokens_per_chunk,
+                      mean_tokens=args.mean_tokens, max_tokens=args.max_tokens, seed=args.seed)
+    if args.json:
+        print(json.dumps(row, indent=2))
+        return 0
+    wall, tokens = row["projected_wall_s"], row["projected_tokens"]
+    print(f"| prompts | sample | projected tokens (90%) | actual tokens | projected wall (90%) | actual wall | error |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| {row['prompts']:,} | {row['sample']:,} | {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f})"
+          f" | {row['actual_tokens']:,} | {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
+          f"| {row['actual_wall_s']:.1f}s | {row['wall_error']:+.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
