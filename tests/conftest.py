@@ -19,7 +19,7 @@ from launch.sim.fleet import SimFleet, SimServerSpec
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "prompts" / "sample.jsonl"
 
-# pytest_plugins: vLLM fixtures are added once tests/engines/conftest_vllm.py lands
+pytest_plugins = ["tests.engines.conftest_vllm"]
 
 
 def make_prompts(path: Path, count: int, *, with_tools_every: int = 4, prefix: str = "p") -> Path:
