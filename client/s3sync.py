@@ -120,7 +120,7 @@ def _read_ids_blob(path: Path) -> bytes:
 
 def _delete_local(segment: PendingSegment) -> None:
     for path in (segment.path, segment.ids_path):
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # a copy left behind is harmless: the manifest lists it
             path.unlink()
 
 
@@ -191,6 +191,8 @@ class SegmentUploader:
         if self.fatal is not None:
             return "STOPPED: " + describe_error(self.fatal)
         if not self._pending:
+            if self.last_error:
+                return f"manifest not stored yet; retrying: {self.last_error[:80]}"
             return f"up to date ({self.uploaded} uploaded)"
         size = sum(s.size for s in self._pending.values())
         oldest = min(s.closed_at for s in self._pending.values())
@@ -239,12 +241,16 @@ class SegmentUploader:
                 return
             except (S3Error, S3AccessError) as exc:
                 self.last_error = describe_error(exc)
-                self._failures += 1
-                delay = min(self.max_backoff_s, 2.0 ** (self._failures - 1)) * random.uniform(0.5, 1.0)
-                await asyncio.sleep(delay)
+            except Exception as exc:
+                # Anything else from the S3 stack is retried too: the local disk holds the data, and a
+                # days-long run must not die of a sync hiccup; the console shows what went wrong.
+                self.last_error = describe_error(RuntimeError(f"{type(exc).__name__}: {exc}"))
+            else:
+                self._failures = 0
+                self.last_error = ""
                 continue
-            self._failures = 0
-            self.last_error = ""
+            self._failures += 1
+            await asyncio.sleep(min(self.max_backoff_s, 2.0 ** (self._failures - 1)) * random.uniform(0.5, 1.0))
 
     async def _step(self) -> None:
         segment = next(iter(self._pending.values()), None)
@@ -337,6 +343,9 @@ class SegmentUploader:
         self.manifest.failed = self.failed_count()
         body = self.manifest.to_json()
         md5 = hashlib.md5(body).digest()
+        # Remembered before sending: if the reply is lost (error, timeout, cancellation), a later If-Match
+        # failure can tell our own stored body from another writer's.
+        self._unconfirmed.append(single_etag(md5))
         try:
             etag, _ = await self.store.put(
                 key, body, md5, content_type="application/json",
@@ -356,7 +365,6 @@ class SegmentUploader:
             if exc.code == "NotImplemented" and self._conditional:
                 self._conditional = False  # a store without conditional writes: per-writer keys still hold
                 return await self.write_manifest()
-            self._unconfirmed.append(single_etag(md5))
             raise
         self._etag = etag
         self._unconfirmed.clear()
