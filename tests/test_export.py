@@ -1,0 +1,169 @@
+"""The tokenized export with a tiny locally built Qwen3-style tokenizer: exact ids, re-rendered rows
+whose counts match, and the mismatch report on a deliberately altered record.
+
+The expected token ids are built the way a server makes them, independently of the exporter: the Qwen3
+prompt and completion texts are spelled out here by hand and tokenized with the same tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+
+from tests.conftest import REPO
+from tests.results_fixture import WEATHER_TOOL, result, tool_call, write_segment
+from tests.tokenizer_fixture import load_tiny, tiny_tokenizer_dir
+
+TOOLS_PREAMBLE = (
+    "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    + json.dumps(WEATHER_TOOL, ensure_ascii=False)
+    + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n"
+)
+
+
+def served(record_id: str, prompt_text: str, completion_text: str, **fields: Any) -> dict[str, Any]:
+    """A ResultRecord as a server would write it, with exact ids and matching usage."""
+    tok = load_tiny()
+    prompt = tok.encode(prompt_text, add_special_tokens=False).ids
+    completion = tok.encode(completion_text, add_special_tokens=False).ids
+    record = result(record_id, **fields)
+    record["usage"] = {"prompt_tokens": len(prompt), "completion_tokens": len(completion)}
+    record["prompt_token_ids"] = prompt
+    record["completion_token_ids"] = completion
+    return record
+
+
+def cases() -> list[dict[str, Any]]:
+    ask = "<|im_start|>user\nQuestion {}?<|im_end|>\n<|im_start|>assistant\n"
+    weather = tool_call("get_weather", '{"city": "Paris"}')
+    return [
+        served("plain", ask.format("plain") + "<think>\n", "The user asks.\n</think>\n\nThe answer is two.<|im_end|>",
+               reasoning="The user asks.", content="The answer is two."),
+        served("no-think", ask.format("no-think") + "<think>\n\n</think>\n\n", "Sunny today.<|im_end|>",
+               reasoning="", content="Sunny today.", thinking=False),
+        served("tools", TOOLS_PREAMBLE + ask.format("tools") + "<think>\n",
+               "I should call the tool.\n</think>\n\nLet me check.\n<tool_call>\n"
+               '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
+               reasoning="I should call the tool.", content="Let me check.", tool_calls=[weather],
+               tools=[WEATHER_TOOL], finish_reason="tool_calls"),
+        served("cut", ask.format("cut") + "<think>\n", "The user asks about the weather in Paris and",
+               reasoning="The user asks about the weather in Paris and", content="", finish_reason="length"),
+    ]
+
+
+def without_ids(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("prompt_token_ids", "completion_token_ids")}
+
+
+def export(results: Path, out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run([sys.executable, "-m", "client.export", str(results), "--tokenizer",
+                           str(tiny_tokenizer_dir()), "--out", str(out), "--json", *extra],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
+
+
+def rows(path: Path) -> dict[str, dict[str, Any]]:
+    return {row["id"]: row for row in pq.read_table(path).to_pylist()}
+
+
+def expected_row(record: dict[str, Any]) -> dict[str, Any]:
+    prompt, completion = record["prompt_token_ids"], record["completion_token_ids"]
+    return {"id": record["id"], "input_ids": prompt + completion,
+            "loss_mask": [0] * len(prompt) + [1] * len(completion), "seq_len": len(prompt) + len(completion)}
+
+
+def test_export_uses_exact_ids(tmp_path: Path) -> None:
+    records = cases()
+    write_segment(tmp_path / "run", records)
+    code, report, stderr = export(tmp_path / "run", tmp_path / "exact.parquet", "--row-group-size", "3")
+    assert code == 0, stderr
+    assert (report["exported"], report["exact"], report["rendered"]) == (4, 4, 0)
+    table = pq.ParquetFile(tmp_path / "exact.parquet")
+    assert table.metadata.num_row_groups == 2
+    assert table.schema_arrow.names == ["id", "input_ids", "loss_mask", "seq_len"]
+    assert rows(tmp_path / "exact.parquet") == {r["id"]: expected_row(r) for r in records}
+    assert not (tmp_path / "exact.parquet.part").exists()
+
+
+def test_rerendered_export_matches_the_server_ids(tmp_path: Path) -> None:
+    records = cases()
+    write_segment(tmp_path / "run", [without_ids(r) for r in records])
+    code, report, stderr = export(tmp_path / "run", tmp_path / "rendered.parquet")
+    assert code == 0, stderr
+    assert (report["exported"], report["exact"], report["rendered"]) == (4, 0, 4)
+    assert report["completion_mismatch"] == report["prompt_mismatch"] == 0
+    assert rows(tmp_path / "rendered.parquet") == {r["id"]: expected_row(r) for r in records}
+
+
+def test_altered_record_is_reported_and_left_out(tmp_path: Path) -> None:
+    records = [without_ids(r) for r in cases()]
+    records[0]["content"] += " Also three."  # the text no longer matches usage.completion_tokens
+    write_segment(tmp_path / "run", records)
+    code, report, stderr = export(tmp_path / "run", tmp_path / "out.parquet")
+    assert code == 1
+    assert report["completion_mismatch"] == 1 and report["exported"] == 3 and report["left_out"] == 1
+    expected = records[0]["usage"]["completion_tokens"]
+    altered = load_tiny().encode("The user asks.\n</think>\n\nThe answer is two. Also three.<|im_end|>",
+                                 add_special_tokens=False).ids
+    assert len(altered) > expected
+    assert (f"plain: completion has {len(altered)} tokens, usage.completion_tokens is {expected} (re-rendered)"
+            in stderr)
+    assert "host-0of1-run-00001.jsonl:1: plain" in stderr
+    assert "plain" not in rows(tmp_path / "out.parquet")
+    code, report, _ = export(tmp_path / "run", tmp_path / "kept.parquet", "--keep-mismatched")
+    assert code == 1
+    assert report["kept_mismatched"] == 1 and report["exported"] == 4
+    assert "plain" in rows(tmp_path / "kept.parquet")
+
+
+def test_drop_truncated_and_duplicates(tmp_path: Path) -> None:
+    records = cases()
+    write_segment(tmp_path / "run", [*records, records[1]])
+    code, report, _ = export(tmp_path / "run", tmp_path / "out.parquet", "--drop-truncated")
+    assert code == 1  # the duplicate line is left out
+    assert report["dropped_truncated"] == 1 and report["duplicates"] == 1 and report["exported"] == 3
+    assert set(rows(tmp_path / "out.parquet")) == {"plain", "no-think", "tools"}
+
+
+def test_server_ids_that_disagree_with_usage_are_mismatches(tmp_path: Path) -> None:
+    record = cases()[0]
+    record["usage"]["completion_tokens"] += 1
+    write_segment(tmp_path / "run", [record])
+    code, report, stderr = export(tmp_path / "run", tmp_path / "out.parquet")
+    assert code == 1 and report["completion_mismatch"] == 1
+    assert "(re-rendered)" not in stderr
+
+
+def test_bad_tokenizer_and_missing_template(tmp_path: Path) -> None:
+    write_segment(tmp_path / "run", [without_ids(cases()[0])])
+    proc = subprocess.run([sys.executable, "-m", "client.export", str(tmp_path / "run"), "--tokenizer",
+                           str(tmp_path / "none"), "--out", str(tmp_path / "o.parquet")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "cannot load" in proc.stderr
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "tokenizer.json").write_bytes((tiny_tokenizer_dir() / "tokenizer.json").read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "client.export", str(tmp_path / "run"), "--tokenizer", str(bare),
+                           "--out", str(tmp_path / "o.parquet")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1
+    assert "the tokenizer has no chat template" in proc.stderr
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_render_record_matches_server_text(index: int) -> None:
+    from client.export_render import ChatTokenizer, render_record
+
+    record = cases()[index]
+    tokens = render_record(without_ids(record), ChatTokenizer.load(tiny_tokenizer_dir()))
+    assert (tokens.prompt, tokens.completion, tokens.exact) == (record["prompt_token_ids"],
+                                                                 record["completion_token_ids"], False)
