@@ -32,6 +32,8 @@ _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _TOOL_RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.S)
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.S)
 _PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+# The block itself starts on its own line; the preamble before it mentions "<tools></tools>" in prose.
+_TOOLS = re.compile(r"<tools>\n(.*?)\n?</tools>", re.S)
 _ID_COLUMNS = ("id", "uid", "uuid", "sample_id")
 
 
@@ -62,10 +64,13 @@ def split_turns(text: str) -> list[tuple[str, str]]:
 
 def _system(body: str) -> tuple[str | None, list[dict[str, Any]] | None]:
     """The system text without the template's tool preamble, and the tools it lists."""
-    if "<tools>" not in body:
+    block = _TOOLS.search(body)
+    if block is None:
         return body, None
-    inside = body.split("<tools>", 1)[1].split("</tools>", 1)[0]
-    tools = [orjson.loads(line) for line in inside.splitlines() if line.strip()]
+    try:
+        tools = [orjson.loads(line) for line in block.group(1).splitlines() if line.strip()]
+    except orjson.JSONDecodeError as exc:
+        raise ConvertError(f"the system turn's <tools> block holds a line that is not JSON: {exc}") from None
     marker = body.find("# Tools")
     text = body[:marker].rstrip("\n") if marker >= 0 else ""
     return (text or None), normalize_tools(tools, "the <tools> block")
