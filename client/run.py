@@ -75,8 +75,8 @@ async def _open_s3(args: argparse.Namespace, out: Path, shard: Shard, run_id: st
         await uploader.write_manifest()
     except S3Error as exc:
         raise ConfigError(f"{exc}. Nothing was sent; start again once S3 answers.") from exc
-    _say(f"s3: {url} as {url.key(manifest_key(writer))}: {found.manifests} manifest(s), {found.s3_ids_added:,} "
-         f"more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
+    _say(f"s3: {url} as writer {writer} ({manifest_key(writer)}): read {found.manifests} manifest(s); "
+         f"{found.s3_ids_added:,} more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
     for line in found.dropped:
         _say(f"s3: {line}")
     if found.pending:
