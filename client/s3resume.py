@@ -50,7 +50,7 @@ class S3Start:
 
 async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
     """Every manifest under the prefix, with its ETag. An unreadable one stops the start: its ids are unknown."""
-    keys = [info.key for info in await store.list(MANIFESTS_PREFIX) if info.key.endswith(".json")]
+    keys = [info.key for info in await store.list_objects(MANIFESTS_PREFIX) if info.key.endswith(".json")]
     blobs = await asyncio.gather(*(store.get(key) for key in keys))
     found: list[tuple[Manifest, str]] = []
     for key, got in zip(keys, blobs, strict=True):

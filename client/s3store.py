@@ -246,7 +246,7 @@ class S3Store:
             raise self._map(exc, f"read {key}") from exc
         return bytes(data), str(reply.get("ETag", ""))
 
-    async def list(self, prefix: str) -> list[ObjectInfo]:
+    async def list_objects(self, prefix: str) -> list[ObjectInfo]:
         """Every object under `prefix` (relative keys), following continuation tokens."""
         found: list[ObjectInfo] = []
         params: dict[str, Any] = {"Prefix": self.url.key(prefix)}

@@ -242,3 +242,25 @@ def test_missing_bucket_fails_before_any_request(tmp_path: Path, fleet_factory: 
     assert result.code == 2
     assert "bucket 'no-such-bucket' does not exist" in result.stderr
     assert not list((tmp_path / "out" / "segments").glob("*.jsonl"))
+
+
+def test_s3_down_at_the_end_exits_5_and_the_rerun_uploads(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=6.0, extra_args=FAST)] * 2)
+    prompts = make_prompts(tmp_path / "p.jsonl", 150)
+    out = tmp_path / "out"
+    args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out), *CLIENT_FAST,
+            *s3_args(s3, "run", "--sync-interval", "1", "--sync-wait", "2")]
+    proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    wait_for(lambda: bool(s3.keys(BUCKET, "run/manifests/")), 60, "the run to register in S3")
+    s3.stop()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 5, stderr[-2000:]
+    assert "are not in S3 yet" in stderr and "run the same command again to upload them" in stderr
+    assert_once(read_results(out), ids(150))
+
+    s3.restart()
+    result = run_client(args)
+    assert result.code == 0, result.stderr[-2000:]
+    assert "closed by an earlier run but not uploaded" in result.stderr
+    assert_once(read_s3_results(s3, BUCKET, "run"), ids(150))
