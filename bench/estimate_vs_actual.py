@@ -65,37 +65,39 @@ def run_span(out: Path) -> tuple[float, int, int]:
     return last - first, records, tokens
 
 
-def compare(work: Path, *, prompts: int, sample: str, servers: int, max_running: int, speed: float,
-            tokens_per_chunk: int, mean_tokens: int, max_tokens: int, seed: int) -> dict[str, Any]:
-    data = write_prompts(work / "prompts.jsonl", prompts)
-    spec = SimServerSpec(max_running=max_running, speed=speed,
+def sim_spec(*, max_running: int, speed: float, tokens_per_chunk: int, mean_tokens: int) -> SimServerSpec:
+    return SimServerSpec(max_running=max_running, speed=speed,
                          extra_args=("--mean-tokens", str(mean_tokens), "--tokens-per-chunk", str(tokens_per_chunk),
                                      "--log-level", "warning"))
+
+
+def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_tokens: int, seed: int) -> dict[str, Any]:
+    """Estimate from a sample, then run the whole set, both on the fleet at `urls`; the figures side by side."""
+    data = write_prompts(work / "prompts.jsonl", prompts)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with SimFleet([spec] * servers, seed=seed, log_dir=work / "sim-logs") as fleet:
-        endpoints = ",".join(fleet.urls)
-        started = time.monotonic()
-        estimate = subprocess.run(
-            [sys.executable, "-m", "client.estimate", "--endpoints", endpoints, "--prompts", str(data),
-             "--sample", sample, "--max-tokens", str(max_tokens), "--out", str(work / "calibration"),
-             "--gpus", str(servers), "--seed", str(seed), "--json"],
-            cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=600)
-        estimate_s = time.monotonic() - started
-        if estimate.returncode != 0:
-            raise RuntimeError(f"client.estimate exited {estimate.returncode}:\n{estimate.stderr[-3000:]}")
-        result = json.loads(estimate.stdout)
-        started = time.monotonic()
-        full = subprocess.run(
-            [sys.executable, "-m", "client.run", "--endpoints", endpoints, "--prompts", str(data),
-             "--out", str(work / "full"), "--max-tokens", str(max_tokens), "--plain", "--progress-every", "30"],
-            cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=900)
-        full_s = time.monotonic() - started
-        if full.returncode != 0:
-            raise RuntimeError(f"client.run exited {full.returncode}:\n{full.stderr[-3000:]}")
+    endpoints = ",".join(urls)
+    started = time.monotonic()
+    estimate = subprocess.run(
+        [sys.executable, "-m", "client.estimate", "--endpoints", endpoints, "--prompts", str(data),
+         "--sample", sample, "--max-tokens", str(max_tokens), "--out", str(work / "calibration"),
+         "--gpus", str(len(urls)), "--seed", str(seed), "--json"],
+        cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=600)
+    estimate_s = time.monotonic() - started
+    if estimate.returncode != 0:
+        raise RuntimeError(f"client.estimate exited {estimate.returncode}:\n{estimate.stderr[-3000:]}")
+    result = json.loads(estimate.stdout)
+    started = time.monotonic()
+    full = subprocess.run(
+        [sys.executable, "-m", "client.run", "--endpoints", endpoints, "--prompts", str(data),
+         "--out", str(work / "full"), "--max-tokens", str(max_tokens), "--plain", "--progress-every", "30"],
+        cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=900)
+    full_s = time.monotonic() - started
+    if full.returncode != 0:
+        raise RuntimeError(f"client.run exited {full.returncode}:\n{full.stderr[-3000:]}")
     span, records, tokens = run_span(work / "full")
     whole = result["projection"]["targets"][0]
     return {
-        "prompts": prompts, "sample": result["input"]["sample_size"], "fleet": f"{servers} x {max_running} slots",
+        "prompts": prompts, "sample": result["input"]["sample_size"], "servers": len(urls),
         "estimate_process_s": round(estimate_s, 2), "full_process_s": round(full_s, 2),
         "projected_tokens": whole["output_tokens"], "actual_tokens": tokens, "actual_records": records,
         "projected_wall_s": whole["wall_s"], "actual_wall_s": round(span, 3),
@@ -118,18 +120,21 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="estimate-bench-") as tmp:
-        row = compare(Path(tmp), prompts=args.prompts, sample=args.sample, servers=args.servers,
-                      max_running=args.max_running, speed=args.speed, tokens_per_chunk=args.tokens_per_chunk,
-                      mean_tokens=args.mean_tokens, max_tokens=args.max_tokens, seed=args.seed)
+    spec = sim_spec(max_running=args.max_running, speed=args.speed, tokens_per_chunk=args.tokens_per_chunk,
+                    mean_tokens=args.mean_tokens)
+    with tempfile.TemporaryDirectory(prefix="estimate-bench-") as tmp, \
+            SimFleet([spec] * args.servers, seed=args.seed, log_dir=Path(tmp) / "sim-logs") as fleet:
+        row = compare(Path(tmp), fleet.urls, prompts=args.prompts, sample=args.sample, max_tokens=args.max_tokens,
+                      seed=args.seed)
     if args.json:
         print(json.dumps(row, indent=2))
         return 0
     wall, tokens = row["projected_wall_s"], row["projected_tokens"]
-    print(f"| prompts | sample | projected tokens (90%) | actual tokens | projected wall (90%) | actual wall | error |")
+    print("| prompts | sample | projected tokens (90%) | actual tokens | projected wall (90%) | actual wall | error |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {row['prompts']:,} | {row['sample']:,} | {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f})"
-          f" | {row['actual_tokens']:,} | {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
+    print(f"| {row['prompts']:,} | {row['sample']:,} "
+          f"| {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) | {row['actual_tokens']:,} "
+          f"| {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
           f"| {row['actual_wall_s']:.1f}s | {row['wall_error']:+.1%} |")
     return 0
 
