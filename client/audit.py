@@ -272,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        render(data, Console(highlight=False))
+        render(data, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
     return int(data["exit_code"])
 
 
