@@ -18,7 +18,7 @@ import pytest
 from client.errors import ConfigError
 from client.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, manifest_key, multipart_etag
 from client.s3resume import fetch_ids, start
-from client.s3store import S3Store, S3Url
+from client.s3store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
 from client.s3sync import BodyReader, ManifestConflict, PendingSegment, SegmentUploader, format_age
 from client.sink import ClosedSegment, ResultSink
 from client.source import Shard
@@ -134,6 +134,32 @@ def test_body_reader_parts(tmp_path: Path, size: int, part: int, gzipped: bool, 
     assert reader.sha256.hexdigest() == hashlib.sha256(body).hexdigest() and reader.total == len(body)
     if parts is not None:
         assert len(got) == parts
+
+
+@pytest.mark.parametrize(("code", "status", "kind", "says"), [
+    ("AccessDenied", 403, S3AccessError, "access denied"),
+    ("InvalidAccessKeyId", 403, S3AccessError, "check the AWS credentials"),
+    ("NoSuchBucket", 404, S3AccessError, "does not exist"),
+    ("SlowDown", 503, S3Unavailable, "busy"),
+    ("InternalError", 500, S3Unavailable, "busy"),
+    ("PreconditionFailed", 412, S3Conflict, "conditional write"),
+    ("InvalidArgument", 400, S3Error, "refused"),
+])
+def test_client_errors_map_onto_the_error_tree(code: str, status: int, kind: type[Exception], says: str) -> None:
+    from botocore.exceptions import ClientError
+
+    store = S3Store(S3Url.parse("s3://bucket/run"))
+    error = ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                        "PutObject")
+    mapped = store._map(error, "upload x")
+    assert type(mapped) is kind and says in str(mapped)
+
+
+def test_transport_errors_are_unavailable() -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    mapped = S3Store(S3Url.parse("s3://bucket/run"))._map(EndpointConnectionError(endpoint_url="http://x"), "list")
+    assert isinstance(mapped, S3Unavailable) and "cannot reach S3" in str(mapped)
 
 
 def test_status_shard_hash_is_the_source_hash() -> None:
