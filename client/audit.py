@@ -235,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts", action="append", metavar="FILE", type=Path,
                         help="the prompt set, for the exactly-once check (missing, duplicated, unknown ids); repeat")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    parser.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
     parser.add_argument("--histogram", metavar="FILE.png", type=Path, help="write a PNG histogram of the lengths")
     limits = Thresholds()
     parser.add_argument("--short-tokens", type=int, default=limits.short_tokens, metavar="N",
@@ -256,8 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         max_empty_reasoning_share=args.max_empty_reasoning_share,
                         max_bad_tool_call_share=args.max_bad_tool_call_share)
     try:
-        scan, report = scan_results(args.results, limits.short_tokens)
-        ids = check_ids(args.results, scan.ids, args.prompts) if args.prompts else None
+        scan, report = scan_results(args.results, limits.short_tokens, args.s3_endpoint_url)
+        ids = check_ids(args.results, scan.ids, args.prompts, args.s3_endpoint_url) if args.prompts else None
         if args.histogram is not None:
             histogram_png(scan.lengths, args.histogram, short_tokens=limits.short_tokens,
                           title=f"COMPLETION LENGTHS OF {scan.records} RECORDS")

@@ -134,10 +134,10 @@ class IdCheck:
     examples: dict[str, list[str]]
 
 
-def scan_results(location: str, short_tokens: int) -> tuple[Scan, ReadReport]:
+def scan_results(location: str, short_tokens: int, s3_endpoint_url: str | None = None) -> tuple[Scan, ReadReport]:
     scan = Scan(short_tokens=short_tokens)
     report = ReadReport()
-    for item, record in iter_records(location, report):
+    for item, record in iter_records(location, report, s3_endpoint_url=s3_endpoint_url):
         scan.add(f"{item.where}:{item.line}", record)
     return scan, report
 
@@ -166,8 +166,8 @@ def _prompt_ids(paths: Iterable[Path]) -> Iterator[tuple[str, str]]:
                 yield prompt_id, f"{path}:{number}"
 
 
-def _result_ids(location: str) -> Iterator[tuple[str, str]]:
-    for item in iter_lines(location, ReadReport()):
+def _result_ids(location: str, s3_endpoint_url: str | None) -> Iterator[tuple[str, str]]:
+    for item in iter_lines(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
         prompt_id = leading_id(item.raw)
         if prompt_id is None:
             try:
@@ -180,7 +180,8 @@ def _result_ids(location: str) -> Iterator[tuple[str, str]]:
         yield prompt_id, f"{item.where}:{item.line}"
 
 
-def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path]) -> IdCheck:
+def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
+              s3_endpoint_url: str | None = None) -> IdCheck:
     prompt_hashes = array("q", (id_hash(i) for i, _ in _prompt_ids(prompt_paths)))
     prompts = sorted(prompt_hashes)
     results = sorted(result_ids)
@@ -215,7 +216,7 @@ def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path]) -
     if missing:
         examples.update(_name(_prompt_ids(prompt_paths), {"missing": set(missing[:EXAMPLES])}))
     if duplicated or unknown:
-        examples.update(_name(_result_ids(location), {"duplicated": set(duplicated[:EXAMPLES]),
+        examples.update(_name(_result_ids(location, s3_endpoint_url), {"duplicated": set(duplicated[:EXAMPLES]),
                                                       "unknown": set(unknown[:EXAMPLES])}))
     return IdCheck(len(prompts) - prompt_duplicates, prompt_duplicates, len(missing), len(duplicated),
                    duplicate_lines, len(unknown), {k: v for k, v in examples.items() if v})

@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="interval of the progress line on stderr (default: %(default)s)")
     past = parser.add_argument_group("projection from a partial run")
     past.add_argument("--from-results", metavar="DIR|s3://...", help="read these results instead of sending a sample")
+    past.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
     plan = parser.add_argument_group("the planned run")
     defaults = SamplingSettings()
     plan.add_argument("--max-tokens", type=int, default=defaults.max_tokens,
@@ -126,9 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _result_ids(location: str) -> set[str]:
+def _result_ids(location: str, s3_endpoint_url: str | None) -> set[str]:
     ids: set[str] = set()
-    for item in iter_lines(location, ReadReport()):
+    for item in iter_lines(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
         prompt_id = leading_id(item.raw)
         if prompt_id is None:
             obj = orjson.loads(item.raw)
@@ -139,7 +140,7 @@ def _result_ids(location: str) -> set[str]:
 
 
 def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[str, int], dict[str, Any]]:
-    done = _result_ids(args.from_results)
+    done = _result_ids(args.from_results, args.s3_endpoint_url)
     strata_of_done: dict[str, str] = {}
     remaining: dict[str, int] = {}
 
@@ -151,7 +152,7 @@ def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[
 
     counted = census(args.prompts, note)
     done.clear()
-    found, _ = measure(args.from_results, lambda record: strata_of_done.get(record["id"]))
+    found, _ = measure(args.from_results, lambda record: strata_of_done.get(record["id"]), args.s3_endpoint_url)
     info = {"mode": "from-results", "results": args.from_results, "done": len(strata_of_done)}
     return found, counted, {name: remaining.get(name, 0) for name in counted.strata}, info
 

@@ -95,11 +95,12 @@ class Measurements:
         self._retried.clear()
 
 
-def measure(location: str, stratum_for: Callable[[dict[str, Any]], str | None]) -> tuple[Measurements, ReadReport]:
+def measure(location: str, stratum_for: Callable[[dict[str, Any]], str | None],
+            s3_endpoint_url: str | None = None) -> tuple[Measurements, ReadReport]:
     """Read every result of `location`; `stratum_for` names a record's stratum (None: not in the set)."""
     found = Measurements()
     report = ReadReport()
-    for _, record in iter_records(location, report):
+    for _, record in iter_records(location, report, s3_endpoint_url=s3_endpoint_url):
         found.add(record, stratum_for(record))
     found.close_spans()
     return found, report

@@ -122,14 +122,14 @@ class _Writer:
 
 
 def export(location: str, tok: ChatTokenizer, out: Path, *, drop_truncated: bool, keep_mismatched: bool,
-           row_group_size: int) -> ExportReport:
+           row_group_size: int, s3_endpoint_url: str | None = None) -> ExportReport:
     report = ExportReport()
     seen: set[int] = set()
     part = out.with_name(out.name + ".part")
     writer = _Writer(part, row_group_size)
     finished = False
     try:
-        for item, record in iter_records(location, ReadReport()):
+        for item, record in iter_records(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
             where = f"{item.where}:{item.line}: {record['id']}"
             report.records += 1
             key = int.from_bytes(hashlib.blake2b(record["id"].encode(), digest_size=8).digest(), "little")
@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep rows whose token counts differ from the server's (still reported)")
     parser.add_argument("--row-group-size", type=int, default=2048, metavar="N",
                         help="rows per parquet row group (default: %(default)s)")
+    parser.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     return parser
 
@@ -204,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         tok = ChatTokenizer.load(args.tokenizer, args.chat_template)
         report = export(args.results, tok, args.out, drop_truncated=args.drop_truncated,
-                        keep_mismatched=args.keep_mismatched, row_group_size=max(1, args.row_group_size))
+                        keep_mismatched=args.keep_mismatched, row_group_size=max(1, args.row_group_size),
+                        s3_endpoint_url=args.s3_endpoint_url)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

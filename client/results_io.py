@@ -5,11 +5,19 @@ segments), a directory of `*.jsonl` segments, one segment file, or an `s3://buck
 run synced to. Lines are yielded one at a time with their file and line number and are never held all
 at once. The reader only reads: a torn last line (a crash mid-write) or a line that is not JSON is
 counted and named, never repaired, so an audit of a live run changes nothing under it.
+
+From S3 it reads exactly the segments the writers' manifests list (an object no manifest lists is an
+unfinished upload), one at a time: a thread with its own event loop fetches the next segment while
+the caller reads the current one, so at most a few segments are in memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import io
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +25,7 @@ from typing import IO, Any, cast
 
 import orjson
 
-from client.errors import ConfigError
+from client.errors import ConfigError, RegenError
 
 SEGMENTS_DIR = "segments"
 _BUFFER = 1 << 20
@@ -95,11 +103,12 @@ def _lines(handle: IO[bytes], where: str, report: ReadReport) -> Iterator[Result
             yield ResultLine(where, number, raw)
 
 
-def iter_lines(location: str, report: ReadReport | None = None) -> Iterator[ResultLine]:
+def iter_lines(location: str, report: ReadReport | None = None, *,
+               s3_endpoint_url: str | None = None) -> Iterator[ResultLine]:
     """Every result line of a results location, segment by segment."""
     report = report if report is not None else ReadReport()
     if is_s3(location):
-        yield from _iter_s3(location, report)
+        yield from _iter_s3(location, report, s3_endpoint_url)
         return
     for path in segment_files(Path(location)):
         report.segments += 1
@@ -110,10 +119,11 @@ def iter_lines(location: str, report: ReadReport | None = None) -> Iterator[Resu
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
-def iter_records(location: str, report: ReadReport | None = None) -> Iterator[tuple[ResultLine, dict[str, Any]]]:
+def iter_records(location: str, report: ReadReport | None = None, *,
+                 s3_endpoint_url: str | None = None) -> Iterator[tuple[ResultLine, dict[str, Any]]]:
     """Parsed result records (JSON objects with a string id); anything else is counted in `report`."""
     report = report if report is not None else ReadReport()
-    for item in iter_lines(location, report):
+    for item in iter_lines(location, report, s3_endpoint_url=s3_endpoint_url):
         try:
             obj = orjson.loads(item.raw)
         except orjson.JSONDecodeError as exc:
@@ -125,6 +135,62 @@ def iter_records(location: str, report: ReadReport | None = None) -> Iterator[tu
         yield item, obj
 
 
-def _iter_s3(location: str, report: ReadReport) -> Iterator[ResultLine]:
-    raise ConfigError(f"{location}: reading results from S3 is not available in this build; "
-                      "sync the prefix to a local directory (e.g. `aws s3 sync`) and pass that directory")
+_Handoff = tuple[str, bytes] | BaseException | None
+
+
+def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Iterator[ResultLine]:
+    from client.s3resume import read_manifests
+    from client.s3store import S3Store, S3Url
+
+    url = S3Url.parse(location)
+    handoff: queue.Queue[_Handoff] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: _Handoff) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    async def fetch() -> None:
+        async with S3Store(url, endpoint_url=endpoint_url) as store:
+            manifests = await read_manifests(store)
+            entries = sorted((e for manifest, _ in manifests for e in manifest.segments.values()), key=lambda e: e.name)
+            if not entries:
+                raise ConfigError(f"{url}: no uploaded result segments (no manifest under manifests/ lists any)")
+            for entry in entries:
+                got = await store.get(entry.key)
+                if got is None:
+                    raise ConfigError(f"{url}{entry.key}: listed in a manifest but not in the bucket")
+                data = gzip.decompress(got[0]) if entry.gzip else got[0]
+                if not await asyncio.to_thread(put, (entry.key, data)):
+                    return
+
+    def work() -> None:
+        try:
+            asyncio.run(fetch())
+        except BaseException as exc:  # handed to the reading thread, which raises it there
+            put(exc)
+            return
+        put(None)
+
+    threading.Thread(target=work, name="results-s3-reader", daemon=True).start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is None:
+                return
+            if isinstance(item, ConfigError):
+                raise item
+            if isinstance(item, RegenError | OSError):
+                raise ConfigError(f"{url}: cannot read the results: {item}") from item
+            if isinstance(item, BaseException):
+                raise item
+            key, data = item
+            report.segments += 1
+            yield from _lines(io.BytesIO(data), f"{url}{key}", report)
+    finally:
+        stop.set()

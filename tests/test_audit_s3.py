@@ -1,0 +1,59 @@
+"""The offline tools read a run from its S3 prefix (a real S3 protocol server) as from its directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launch.sim.fleet import SimServerSpec
+from tests.conftest import REPO, make_prompts, run_client
+from tests.s3_server import BUCKET, FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.fixture
+def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    for name, value in FAKE_AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in UNSET_AWS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with running_s3(tmp_path / "s3") as server:
+        server.create_bucket()
+        yield server
+
+
+def tool(module: str, *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run([sys.executable, "-m", module, *args, "--json"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False, env=dict(os.environ))
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
+
+
+def test_audit_and_estimate_read_the_s3_prefix(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=16, speed=40.0,
+                                         extra_args=("--mean-tokens", "200", "--tokens-per-chunk", "8"))] * 2)
+    prompts = make_prompts(tmp_path / "p.jsonl", 200)
+    prefix = f"s3://{BUCKET}/run"
+    run = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(tmp_path / "o"),
+                      "--segment-mb", "0.05", "--s3", prefix, "--s3-endpoint-url", s3.url])
+    assert run.code == 0, run.stderr[-2000:]
+    local_code, local, _ = tool("client.audit", str(tmp_path / "o"), "--prompts", str(prompts))
+    code, remote, stderr = tool("client.audit", prefix, "--s3-endpoint-url", s3.url, "--prompts", str(prompts))
+    assert code == local_code == 0, stderr
+    assert remote["counts"]["segments"] > 3
+    for key in ("ids", "finish_reasons", "completion_tokens", "tool_calls", "models"):
+        assert remote[key] == local[key], key
+    assert "segments/" in remote["stubs"]["examples"][0] or not remote["stubs"]["examples"]
+    code, estimate, stderr = tool("client.estimate", "--from-results", prefix, "--s3-endpoint-url", s3.url,
+                                  "--prompts", str(prompts))
+    assert code == 0, stderr
+    assert estimate["input"]["done"] == 200
+    code, _, stderr = tool("client.audit", f"s3://{BUCKET}/nothing-here", "--s3-endpoint-url", s3.url)
+    assert code == 2 and "no uploaded result segments" in stderr
