@@ -129,7 +129,7 @@ async def run_ours(urls: list[str], streams: int, requests: int, max_tokens: int
         return 0
 
     try:
-        measured = await measure("regen-swarm (httpx API over aiohttp, orjson SSE)", streams, requests, one)
+        measured = await measure("regen-swarm (Protocol transport, orjson SSE)", streams, requests, one)
         measured.chunks = sum(e.counters.chunks for e in endpoints)
         reads = sum(e.counters.reads for e in endpoints)
         print(f"ours: {measured.chunks / max(1, reads):.2f} SSE events per transport read", file=sys.stderr)

@@ -1,9 +1,5 @@
-"""One server: its HTTP pool (httpx API over an aiohttp transport), model list, health, and streaming.
-
-httpx's default transport parses HTTP in pure Python (~90 us of client CPU per streamed chunk here); the
-aiohttp-backed transport from httpx-aiohttp keeps the httpx API at ~10 us, which is what lets one client
-process keep a B200 node busy. Stalls are caught by the transport's per-read timeout, so the hot loop
-needs no timer of its own.
+"""One server, as the client sees it: streaming chat completions (over client.transport, the hot path),
+model list, health and load documents (over httpx), and the aborting of its streams when it goes down.
 """
 
 from __future__ import annotations
@@ -12,15 +8,14 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
 import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
 
 from client.errors import AttemptError, StreamDropped, error_for_status, map_transport_error
 from client.records import Completion
 from client.stats import EndpointCounters
 from client.stream import StreamParser
+from client.transport import StreamingTransport
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -43,20 +38,21 @@ class Endpoint:
         self.max_in_flight = max_in_flight
         counters.max_in_flight = max_in_flight
         self.supports_token_ids = False
-        self._streams: set[asyncio.Task[Any]] = set()
-        self._aborted: dict[asyncio.Task[Any], str] = {}
-        headers = {"content-type": "application/json"}
+        self.idle_timeout = idle_timeout
+        headers = {"content-type": "application/json", "user-agent": "regen-swarm"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_in_flight + 8, keepalive_timeout=60),
-            auto_decompress=False,
-        )
+        # Streams go over our own Protocol-based transport (the hot path); the control plane (health,
+        # loads, models: about one request a second) over plain httpx.
+        self._stream = StreamingTransport(self.url, headers={**headers, "accept": "text/event-stream"},
+                                          connect_timeout=connect_timeout)
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._aborted: dict[asyncio.Task[Any], str] = {}
         self._client = httpx.AsyncClient(
             base_url=self.url,
             headers=headers,
-            transport=AiohttpTransport(client=session),
-            timeout=httpx.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=None),
+            timeout=httpx.Timeout(connect=connect_timeout, read=30.0, write=30.0, pool=30.0),
+            limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
         )
 
     @property
@@ -64,6 +60,7 @@ class Endpoint:
         return self.counters.index
 
     async def aclose(self) -> None:
+        self._stream.close()
         await self._client.aclose()
 
     async def get_bytes(self, path: str, limit_s: float = 5.0) -> bytes:
@@ -71,7 +68,7 @@ class Endpoint:
         try:
             response = await self._client.get(path, timeout=limit_s)
             body = await response.aread()
-        except (httpx.HTTPError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
             raise map_transport_error(exc, streaming=False) from exc
         if response.status_code != 200:
             raise error_for_status(response.status_code, body)
@@ -85,7 +82,7 @@ class Endpoint:
         try:
             response = await self._client.get("/health", timeout=limit_s)
             await response.aread()
-        except (httpx.HTTPError, aiohttp.ClientError, OSError, TimeoutError):
+        except (httpx.HTTPError, OSError, TimeoutError):
             return None
         return response.status_code
 
@@ -127,34 +124,25 @@ class Endpoint:
     async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
         parser = StreamParser()
         started = time.monotonic()
-        ttft: float | None = None
-        streaming = False
-        reads = 0
+        first_output: list[float] = []
+
+        def feed(data: bytes) -> None:
+            parser.feed(data)
+            if not first_output and parser.saw_output:
+                first_output.append(time.monotonic() - started)
+
         try:
-            async with self._client.stream("POST", CHAT_PATH, content=body) as response:
-                if response.status_code != 200:
-                    detail = await response.aread()
-                    raise error_for_status(response.status_code, detail, response.headers.get("retry-after"))
-                streaming = True
-                # The transport's byte stream itself: aiter_raw() would add httpx's re-chunking and a
-                # context manager per chunk, a measurable share of the per-chunk budget at 1,000 streams.
-                stream = response.stream
-                assert isinstance(stream, httpx.AsyncByteStream)
-                feed = parser.feed
-                async for chunk in stream:
-                    reads += 1
-                    feed(chunk)
-                    if ttft is None and parser.saw_output:
-                        ttft = time.monotonic() - started
+            response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout)
         except AttemptError:
             if parser.whole:
-                return parser.completion(ended_cleanly=False), ttft
+                return parser.completion(ended_cleanly=False), _first(first_output)
             raise
-        except (httpx.HTTPError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            if parser.whole:
-                return parser.completion(ended_cleanly=False), ttft
-            raise map_transport_error(exc, streaming=streaming) from exc
         finally:
             self.counters.chunks += parser.events
-            self.counters.reads += reads
-        return parser.completion(ended_cleanly=True), ttft
+        if response.status != 200:
+            raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+        return parser.completion(ended_cleanly=True), _first(first_output)
+
+
+def _first(values: list[float]) -> float | None:
+    return values[0] if values else None

@@ -108,11 +108,10 @@ def error_for_status(status: int, body: bytes, retry_after: str | None = None) -
 
 
 def map_transport_error(exc: BaseException, *, streaming: bool) -> AttemptError:
-    """Map an httpx exception (aiohttp's arrive through httpx-aiohttp) to our tree.
+    """Map an httpx exception (the control plane's requests) to our tree.
 
-    httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout, including a server that
-    hangs up mid-body, so the phase decides: once the stream has begun, a timeout is a stall and any
-    other failure is a dropped stream.
+    The phase decides: once a body has begun, a timeout is a stall and any other failure a dropped
+    stream; before it, a failure to get an answer means the endpoint cannot be reached.
     """
     detail = str(exc) or type(exc).__name__
     if streaming:

@@ -16,6 +16,8 @@ import orjson
 from client.errors import StreamDropped, StreamErrorEvent
 from client.records import Completion, ToolCall, Usage
 
+_loads = orjson.loads
+
 
 class _ToolCallParts:
     __slots__ = ("arguments", "id", "name")
@@ -67,11 +69,21 @@ class StreamParser:
             buffer = buffer.replace(b"\r\n", b"\n")
         start = 0
         find = buffer.find
+        startswith = buffer.startswith
         while True:
             end = find(b"\n\n", start)
             if end < 0:
                 break
-            if end > start:
+            if startswith(b"data: {", start):
+                # The common event, parsed without looking at it twice; anything orjson refuses (e.g. a
+                # payload split over several data lines) takes the general path.
+                try:
+                    obj = _loads(buffer[start + 6:end])
+                except orjson.JSONDecodeError:
+                    self._event(buffer[start:end])
+                else:
+                    self._chunk(obj)
+            elif end > start:
                 self._event(buffer[start:end])
             start = end + 2
         self._buffer = buffer[start:] if start < len(buffer) else b""

@@ -1,0 +1,153 @@
+"""The hot-path HTTP/1.1 transport: framing (table-driven, split at every awkward point) and real-socket
+behaviour against a local aiohttp server (keep-alive, error bodies, stalls, stale connections)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from client.errors import ConnectFailed, StreamDropped, StreamStalled
+from client.transport import StreamingTransport, _Connection
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written = b""
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+FRAMING = [
+    ("chunked", HEAD_CHUNKED + chunked(b"data: a\n\n", b"data: b\n\n"), 200, b"data: a\n\ndata: b\n\n", True),
+    ("chunk extension and trailer", HEAD_CHUNKED + b"5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\n", 200, b"hello", True),
+    ("content-length", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200, b"hello", True),
+    ("connection close", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", 200, b"ok", False),
+    ("error body", b"HTTP/1.1 429 Too Many\r\nRetry-After: 3\r\nContent-Length: 4\r\n\r\nslow", 429, b"", True),
+    ("empty body", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 200, b"", True),
+]
+
+
+@pytest.mark.parametrize(("name", "wire", "status", "body", "reusable"), FRAMING, ids=[f[0] for f in FRAMING])
+async def test_framing_at_every_split(name: str, wire: bytes, status: int, body: bytes, reusable: bool) -> None:
+    loop = asyncio.get_running_loop()
+    for cut in range(1, len(wire)):
+        for pieces in ([wire[:cut], wire[cut:]], [wire[i:i + 3] for i in range(0, len(wire), 3)]):
+            received: list[bytes] = []
+            connection = _Connection(loop)
+            connection.connection_made(FakeTransport())  # type: ignore[arg-type]
+            connection.start(b"GET / HTTP/1.1\r\n\r\n", received.append, idle_timeout=30)
+            for piece in pieces:
+                connection.data_received(piece)
+            head = connection.head.result()
+            await connection.done
+            assert head.status == status
+            assert b"".join(received) == body
+            assert connection.reusable is reusable
+            if status != 200:
+                assert b"".join(connection.error_body) == b"slow"
+                assert head.headers["retry-after"] == "3"
+
+
+async def test_bad_status_line_is_a_dropped_stream() -> None:
+    connection = _Connection(asyncio.get_running_loop())
+    connection.connection_made(FakeTransport())  # type: ignore[arg-type]
+    connection.start(b"x", lambda _: None, idle_timeout=30)
+    connection.data_received(b"SSH-2.0-OpenSSH\r\n\r\n")
+    with pytest.raises(StreamDropped, match="malformed HTTP"):
+        await connection.head
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    state: dict[str, Any] = {"connections": set(), "requests": 0}
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        state["requests"] += 1
+        state["connections"].add(request.transport)
+        mode = request.query.get("mode", "ok")
+        if mode == "error":
+            return web.json_response({"error": "bad"}, status=400)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: {\"n\": 1}\n\n")
+        if mode == "stall":
+            await asyncio.sleep(30)
+        if mode == "drop":
+            assert request.transport is not None
+            request.transport.abort()
+            return response
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", stream)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}", state
+    await runner.cleanup()
+
+
+async def test_keep_alive_reuses_one_connection(server: tuple[str, dict[str, Any]]) -> None:
+    url, state = server
+    transport = StreamingTransport(url, headers={"content-type": "application/json"})
+    for _ in range(5):
+        received: list[bytes] = []
+        response = await transport.post("/v1/chat/completions", b"{}", received.append, idle_timeout=5)
+        assert response.status == 200
+        assert b"".join(received) == b"data: {\"n\": 1}\n\ndata: [DONE]\n\n"
+    assert state["requests"] == 5
+    assert len(state["connections"]) == 1
+    transport.close()
+
+
+async def test_error_status_keeps_its_body(server: tuple[str, dict[str, Any]]) -> None:
+    url, _ = server
+    transport = StreamingTransport(url, headers={})
+    response = await transport.post("/v1/chat/completions?mode=error", b"{}", lambda _: None, idle_timeout=5)
+    assert response.status == 400
+    assert b"bad" in response.error_body
+    transport.close()
+
+
+async def test_stall_and_drop_and_refused(server: tuple[str, dict[str, Any]]) -> None:
+    url, _ = server
+    transport = StreamingTransport(url, headers={})
+    with pytest.raises(StreamStalled):
+        await transport.post("/v1/chat/completions?mode=stall", b"{}", lambda _: None, idle_timeout=0.5)
+    with pytest.raises(StreamDropped):
+        await transport.post("/v1/chat/completions?mode=drop", b"{}", lambda _: None, idle_timeout=5)
+    dead = StreamingTransport("http://127.0.0.1:9", headers={})
+    with pytest.raises(ConnectFailed):
+        await dead.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
+    transport.close()
+
+
+async def test_stale_idle_connection_is_replaced(server: tuple[str, dict[str, Any]]) -> None:
+    url, state = server
+    transport = StreamingTransport(url, headers={})
+    await transport.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
+    for peer in state["connections"]:
+        peer.close()  # the server drops the idle keep-alive connection
+    await asyncio.sleep(0.05)
+    response = await transport.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
+    assert response.status == 200
+    transport.close()
