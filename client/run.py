@@ -254,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if bool(args.endpoints) == bool(args.simulate):
         parser.error("give exactly one of --endpoints or --simulate N")
+    if not args.s3 and (args.delete_uploaded or args.s3_gzip or args.s3_endpoint_url):
+        parser.error("--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX")
     try:
         if args.simulate:
             with _simulated_fleet(args) as urls:
