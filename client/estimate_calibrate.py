@@ -77,6 +77,9 @@ async def calibrate(fleet: FleetOptions, settings: SamplingSettings, out: Path,
         reported = await asyncio.gather(*(_reported_slots(e) for e in endpoints))
         slots = sum(r or DEFAULT_SLOTS for r in reported)
         sample_path, size = await asyncio.to_thread(make_sample, slots)
+        if size < 2 * slots:
+            print(f"warning: a sample of {size:,} cannot keep {slots} decode slots busy for long; the throughput "
+                  "will be rough (a sample of at least 5x the slots is better)", file=sys.stderr, flush=True)
         print(f"calibrating: {size:,} prompt(s) on {len(endpoints)} endpoint(s) ({slots} decode slots), "
               f"model {model}, max_tokens {settings.max_tokens}", file=sys.stderr, flush=True)
         stats.total = size

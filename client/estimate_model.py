@@ -10,17 +10,23 @@ restart of a partial run). The throughput is tokens over time in that window. So
 tail of a short sample (when few long requests are left) do not dilute the figure, and a request that
 straddles the window edge counts only with its share inside.
 
-Wall time. The whole set runs as list scheduling on the fleet's slots: the measured mean concurrency
-at saturation gives the slot count C and the throughput T gives the per-slot pace T/C. Simulating N
-jobs with lengths drawn from the sample gives the makespan, which adds the tail (the last long
-requests alone on an otherwise idle fleet) to total/T. The tail is taken from one simulation; the
-uncertainty interval comes from a stratified bootstrap of the mean length and a block bootstrap of
-the throughput over contiguous stretches of the saturated window.
+Pace and batch. A server decodes a lone request faster than one of a full batch. Each request's time
+per token is regressed on the mean concurrency it saw during its life: time per token = a + b*c, the
+shape of a decode step whose cost grows with the batch (as the simulated server's does, and as a GPU's
+roughly does). Only the ratio k = b/a is kept; the pace at saturation stays the measured one.
+
+Wall time. The whole set runs on the fleet's slots: the measured mean concurrency at saturation gives
+the slot count C and the throughput T gives the per-slot pace T/C there; with fewer requests running
+each goes faster, as (1 + kC) / (1 + kc). Simulating N jobs with lengths drawn from the sample gives
+the makespan, which adds the tail (the last long requests on an otherwise idle fleet) to total/T. The
+tail is taken from one simulation; the uncertainty interval comes from a stratified bootstrap of the
+mean length and a block bootstrap of the throughput over contiguous stretches of the saturated window.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 import statistics
@@ -32,6 +38,7 @@ GAP = 0.5
 MAX_BINS = 20_000
 BLOCKS = 20
 MAX_SIMULATED_JOBS = 100_000
+MAX_BOOST = 20.0  # a lone request is at most this much faster than one of a full batch
 EXACT_BOOTSTRAP_LIMIT = 5_000
 
 
@@ -42,7 +49,9 @@ class Throughput:
     peak_concurrency: float
     window_s: float
     span_s: float
+    typical_s: float  # median request duration, first token to end
     blocks: tuple[tuple[float, float], ...]  # (tokens, seconds) of contiguous stretches of the window
+    kappa: float = 0.0  # time per token grows as (1 + kappa * concurrency)
 
     @property
     def per_slot(self) -> float:
@@ -89,6 +98,7 @@ def sustained_throughput(starts: Sequence[float], ends: Sequence[float], tokens:
             if overlap > 0:
                 busy[b] += overlap
                 made[b] += overlap * pace
+    kappa = _batch_shape(starts, ends, tokens, busy, t0, step)
     concurrency = _smooth([x / step for x in busy], max(1, round(typical / step)))
     # A high quantile, not the maximum: one lucky bin must not set the bar for the whole run.
     active = sorted(c for c in concurrency if c > 0)
@@ -108,26 +118,76 @@ def sustained_throughput(starts: Sequence[float], ends: Sequence[float], tokens:
     return Throughput(
         tokens_per_s=sum(made[b] for b in chosen) / window,
         concurrency=sum(busy[b] for b in chosen) / window,
-        peak_concurrency=peak, window_s=window, span_s=span, blocks=tuple(blocks),
+        peak_concurrency=peak, window_s=window, span_s=span, typical_s=typical, blocks=tuple(blocks),
+        kappa=min(kappa, MAX_BOOST / max(peak, 1.0)),
     )
 
 
-def makespan(lengths: Sequence[int], slots: int, per_slot: float) -> float:
-    """List scheduling: each job takes the first free slot and holds it for length / per_slot seconds."""
-    free = [0.0] * max(1, slots)
-    for length in lengths:
-        heapq.heapreplace(free, free[0] + length / per_slot)
-    return max(free)
+def _batch_shape(starts: Sequence[float], ends: Sequence[float], tokens: Sequence[int], busy: list[float],
+                 t0: float, step: float) -> float:
+    """k of "time per token = a * (1 + k * concurrency)", fitted over requests weighted by their tokens."""
+    bins = len(busy)
+    points: list[tuple[float, float, float]] = []
+    for s, e, n in zip(starts, ends, tokens, strict=True):
+        if e <= s or n < 2:
+            continue
+        seen = 0.0
+        for b in range(int((s - t0) / step), min(bins - 1, int((e - t0) / step)) + 1):
+            overlap = min(e, t0 + (b + 1) * step) - max(s, t0 + b * step)
+            if overlap > 0:
+                seen += overlap * busy[b] / step
+        points.append(((e - s) / n, seen / (e - s), float(n)))
+    weight = sum(w for _, _, w in points)
+    if weight <= 0:
+        return 0.0
+    mean_x = sum(w * x for _, x, w in points) / weight
+    mean_y = sum(w * y for y, _, w in points) / weight
+    sxx = sum(w * (x - mean_x) ** 2 for _, x, w in points)
+    if sxx <= 1e-9 * weight:
+        return 0.0  # every request saw the same concurrency: the shape cannot be told
+    slope = sum(w * (x - mean_x) * (y - mean_y) for y, x, w in points) / sxx
+    intercept = mean_y - slope * mean_x
+    return slope / intercept if slope > 0 and intercept > 0 else 0.0
+
+
+def makespan(lengths: Sequence[int], slots: int, per_slot: float, kappa: float = 0.0) -> float:
+    """Jobs take free slots in order; every running job advances at the pace of the current batch:
+    `per_slot` tokens/s with all slots busy, (1 + kappa * slots) / (1 + kappa * c) times that with c."""
+    slots = max(1, slots)
+    boost = 1 + kappa * slots
+    jobs = iter(lengths)
+    # All running jobs advance together, so each is a mark on one shared progress axis (in tokens).
+    marks = [float(length) for length in itertools.islice(jobs, slots)]
+    heapq.heapify(marks)
+    progress = elapsed = 0.0
+    while marks:
+        end = heapq.heappop(marks)
+        elapsed += (end - progress) / (per_slot * boost / (1 + kappa * (len(marks) + 1)))
+        progress = end
+        following = next(jobs, None)
+        if following is not None:
+            heapq.heappush(marks, progress + following)
+    return elapsed
+
+
+def tail_draws(lengths: Sequence[int], weights: Sequence[float], jobs: int, slots: int, per_slot: float,
+               seed: int, kappa: float = 0.0) -> list[float]:
+    """Makespan minus the saturated time for `jobs` jobs drawn from the weighted lengths, for a few draws:
+    which long answer happens to come last moves the tail a lot in a small set (and not in a large one)."""
+    if jobs <= 0 or not lengths or per_slot <= 0:
+        return [0.0]
+    rng = random.Random(seed)
+    count = min(jobs, MAX_SIMULATED_JOBS)
+    tails = []
+    for _ in range(max(1, min(5, MAX_SIMULATED_JOBS // count))):
+        drawn = rng.choices(lengths, weights=weights, k=count)
+        tails.append(max(0.0, makespan(drawn, slots, per_slot, kappa) - sum(drawn) / (per_slot * max(1, slots))))
+    return tails
 
 
 def tail_seconds(lengths: Sequence[int], weights: Sequence[float], jobs: int, slots: int, per_slot: float,
-                 seed: int) -> float:
-    """Makespan minus the saturated time for `jobs` jobs drawn from the weighted lengths."""
-    if jobs <= 0 or not lengths or per_slot <= 0:
-        return 0.0
-    rng = random.Random(seed)
-    drawn = rng.choices(lengths, weights=weights, k=min(jobs, MAX_SIMULATED_JOBS))
-    return max(0.0, makespan(drawn, slots, per_slot) - sum(drawn) / (per_slot * max(1, slots)))
+                 seed: int, kappa: float = 0.0) -> float:
+    return statistics.fmean(tail_draws(lengths, weights, jobs, slots, per_slot, seed, kappa))
 
 
 @dataclass(frozen=True, slots=True)

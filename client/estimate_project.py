@@ -7,6 +7,7 @@ scale the measured throughput and slot count linearly, which is what data-parall
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from client.estimate_model import (
     bootstrap_rates,
     bootstrap_totals,
     interval,
+    tail_draws,
     tail_seconds,
 )
 
@@ -128,10 +130,12 @@ def _target(label: str, counts: dict[str, int], found: Measurements, rate: Throu
     prompts = sum(counts.values())
     total, _ = _capped_total(rows, None)
     lengths, weights = _weights(rows)
-    tail = tail_seconds(lengths, weights, prompts, slots, rate.per_slot, settings.seed)
+    tails = tail_draws(lengths, weights, prompts, slots, rate.per_slot, settings.seed, rate.kappa)
+    tail = statistics.fmean(tails)
     totals = bootstrap_totals([(count, sample) for _, count, sample, _ in rows], settings.rounds, settings.seed)
     rates = bootstrap_rates(rate.blocks, settings.rounds, settings.seed)
-    walls = [t / r + tail if r > 0 else float("inf") for t, r in zip(totals, rates, strict=True)]
+    walls = [t / r + tails[i % len(tails)] if r > 0 else float("inf")
+             for i, (t, r) in enumerate(zip(totals, rates, strict=True))]
     wall = total / rate.tokens_per_s + tail
     parts = [0.0, 0.0, 0.0, 0.0]
     for _, count, sample, stats in rows:
@@ -172,7 +176,7 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
         beyond = settings.max_tokens is not None and cap > settings.max_tokens
         tokens, truncated = _capped_total(rows, None if beyond else cap)
         capped = [min(x, cap) for x in lengths]
-        tail = tail_seconds(capped, weights, first.prompts, slots, rate.per_slot, settings.seed)
+        tail = tail_seconds(capped, weights, first.prompts, slots, rate.per_slot, settings.seed, rate.kappa)
         wall = tokens / rate.tokens_per_s + tail
         if beyond:
             truncated = _capped_total(rows, settings.max_tokens)[1]
@@ -182,10 +186,13 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
     for gpus in settings.what_if_gpus:
         scale = gpus / settings.gpus
         scaled_slots = max(1, round(slots * scale))
-        tail = tail_seconds(lengths, weights, first.prompts, scaled_slots, rate.per_slot, settings.seed)
+        # More replicas of the same server: each lone request is as much faster as before (kappa * slots holds).
+        tail = tail_seconds(lengths, weights, first.prompts, scaled_slots, rate.per_slot, settings.seed,
+                            rate.kappa * slots / scaled_slots)
         wall = first.output_tokens.point / (rate.tokens_per_s * scale) + tail
         gpu_rows.append(GpuRow(gpus, wall, wall * gpus * hours))
-    if rate.window_s < 0.2 * rate.span_s:
-        warnings.append(f"the fleet was saturated for only {rate.window_s:.1f}s of {rate.span_s:.1f}s; "
-                        "a larger --sample gives a steadier throughput")
+    if rate.window_s < 3 * rate.typical_s:
+        warnings.append(f"the fleet was saturated for only {rate.window_s:.2f}s, about "
+                        f"{rate.window_s / rate.typical_s:.1f} request lifetimes: the throughput, and so the wall "
+                        "time, is rough. Send a larger --sample (at least 5x the fleet's decode slots)")
     return Projection(rate, slots, tuple(t for t, _ in made), tuple(caps), tuple(gpu_rows), tuple(warnings))

@@ -30,7 +30,7 @@ def _span(value: Interval, show: Any) -> str:
 
 
 def _hours(value: float) -> str:
-    return f"{value:,.1f}" if value >= 10 else f"{value:,.2f}"
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
 
 
 def _optional(value: float | None, fmt: str = "{:,.0f}") -> str:
@@ -68,7 +68,7 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     plan = info["plan"]
     console.print(f"sustained throughput {rate.tokens_per_s:,.0f} output tok/s, measured over {rate.window_s:.1f}s "
                   f"of {rate.span_s:.1f}s while the fleet was saturated: {rate.concurrency:.1f} requests decoding "
-                  f"on average (peak {rate.peak_concurrency:.1f}), {rate.per_slot:,.1f} tok/s each")
+                  f"on average, {rate.per_slot:,.1f} tok/s each")
     gpus = f"{plan['gpus']} GPU(s)" + (" (assumed one per endpoint; pass --gpus)" if plan["gpus_assumed"] else "")
     table = Table(title=f"Projection on {gpus}, max_tokens {plan['max_tokens']} (90% intervals)",
                   title_justify="left")

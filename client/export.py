@@ -215,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(summary(report), option=orjson.OPT_INDENT_2) + b"\n")
+    if report.examples:
+        total = sum(report.problems.values())
+        print(f"problems (the first {len(report.examples)} of {total:,}):", file=sys.stderr)
     for example in report.examples:
         print(f"  {example}", file=sys.stderr)
     print(f"exported {report.exported:,} of {report.records:,} record(s) to {args.out} ({report.exact:,} from server "
@@ -222,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, prompt "
           f"{report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
           f"{report.failed:,}; duplicate ids {report.duplicates:,}", file=sys.stderr)
+    if report.completion_mismatch and report.completion_mismatch >= max(1, report.records // 2):
+        print("most re-rendered rows disagree with the server's counts: is --tokenizer the served model's "
+              "tokenizer, with its chat template?", file=sys.stderr)
     trouble = report.left_out or report.kept_mismatched
     return EXIT_DROPPED if trouble else EXIT_OK
 

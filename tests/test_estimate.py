@@ -50,6 +50,27 @@ def test_makespan(lengths: list[int], slots: int, rate: float, expected: float) 
     assert makespan(lengths, slots, rate) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(("lengths", "slots", "kappa", "expected"), [
+    ([10, 1], 2, 1.0, 1 + 9 / 1.5),  # alone, the long job runs 1.5x faster: (1 + 1*2) / (1 + 1*1)
+    ([4, 4, 4, 4], 2, 1.0, 8.0),  # always a full batch: no change
+    ([6, 6, 6], 2, 0.5, 6 + 6 / (2 / 1.5)),
+])
+def test_makespan_with_a_faster_small_batch(lengths: list[int], slots: int, kappa: float, expected: float) -> None:
+    assert makespan(lengths, slots, 1.0, kappa) == pytest.approx(expected)
+
+
+def test_batch_shape_is_fitted_from_the_requests() -> None:
+    # 10 busy slots at 100 tok/s each, then 2 slots at 200 tok/s: time per token 0.01 at c=10 and
+    # 0.005 at c=2, so 0.00375 * (1 + c / 6).
+    full = spans(slots=10, rounds=20, duration=1.0, tokens=100)
+    thin = spans(slots=2, rounds=20, duration=0.5, tokens=100, t0=20.0)
+    starts, ends, made = (a + b for a, b in zip(full, thin, strict=True))
+    rate = sustained_throughput(starts, ends, made)
+    assert rate is not None
+    assert rate.kappa == pytest.approx(1 / 6, rel=0.15)
+    assert rate.tokens_per_s == pytest.approx(1000, rel=0.03)
+
+
 def spans(slots: int, rounds: int, duration: float, tokens: int, t0: float = 0.0) -> tuple[list[float], ...]:
     """`slots` slots each running `rounds` back-to-back jobs: a fleet saturated for slots * rounds jobs."""
     starts, ends, made = [], [], []
