@@ -196,7 +196,7 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
         targets = [("whole set", counted.strata)]
     rate = sustained_throughput(found.starts, found.ends, found.tokens)
     info.update({"prompts": counted.total, "strata": counted.strata, "invalid_prompts": counted.invalid,
-                 "duplicate_prompts": counted.duplicates, "measured": found.records,
+                 "duplicate_prompts": counted.duplicates, "measured": found.records, "outside_set": found.outside_set,
                  "endpoints": sorted(found.endpoints), "models": dict(found.models),
                  "thinking": found.thinking.most_common(1)[0][0] if found.thinking else not args.no_thinking,
                  "sample": sample_rows(found, counted)})

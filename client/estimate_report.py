@@ -49,6 +49,9 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     models = ", ".join(info["models"]) or "?"
     console.print(f"model {models}; thinking {'on' if info['thinking'] else 'off'}; "
                   f"{len(info['endpoints'])} endpoint(s)")
+    if info.get("outside_set"):
+        console.print(f"[yellow]{info['outside_set']:,} result(s) have ids that are not in --prompts; "
+                      "they are not used[/yellow]")
     if info["invalid_prompts"] or info["duplicate_prompts"]:
         console.print(f"[yellow]{info['invalid_prompts']:,} invalid and {info['duplicate_prompts']:,} duplicate "
                       "prompt record(s) are not counted (client.run would skip them too)[/yellow]")
