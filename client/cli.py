@@ -117,6 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
     sampling.add_argument("--no-thinking", action="store_true",
                           help="send chat_template_kwargs.enable_thinking=false (thinking is on by default)")
 
+    turns = parser.add_argument_group("conversations")
+    turns.add_argument("--turns", choices=("last", "all"), default="last",
+                       help="last: generate the next assistant turn after the given history (a trailing "
+                            "assistant turn is dropped and regenerated). all: regenerate every assistant turn "
+                            "in order, each on the model's own earlier turns; one record per turn, with id "
+                            "CONVERSATION#TURN (default: %(default)s)")
+    turns.add_argument("--preserve-thinking", action="store_true",
+                       help="with --turns all, keep earlier turns' reasoning in the history "
+                            "(chat_template_kwargs.preserve_thinking); Qwen3.6 drops it by default")
+
     retries = parser.add_argument_group("retries and shutdown")
     retries.add_argument("--max-attempts", type=_positive_int, default=6,
                          help="attempts per prompt before it goes to the failures file (default: %(default)s)")
@@ -146,5 +156,5 @@ def settings_from(args: argparse.Namespace) -> SamplingSettings:
     return SamplingSettings(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         min_p=args.min_p, presence_penalty=args.presence_penalty, seed=args.seed,
-        enable_thinking=not args.no_thinking,
+        enable_thinking=not args.no_thinking, preserve_thinking=args.preserve_thinking,
     )

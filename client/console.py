@@ -115,3 +115,8 @@ async def show_progress(
                 view.update(render(snapshot()))
         finally:
             view.update(render(snapshot()), refresh=True)  # leave the final figures on screen
+
+
+def say(message: str) -> None:
+    """A line for the person running the job: on stderr, so stdout stays free for the progress view."""
+    print(message, file=sys.stderr, flush=True)

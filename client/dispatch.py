@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,12 +59,9 @@ class _Tracked:
 
 
 class Dispatcher:
-    def __init__(self, endpoints: Sequence[Endpoint], settings: DispatchSettings | None = None, *,
-                 failure_threshold: int | None = None) -> None:
+    def __init__(self, endpoints: Sequence[Endpoint], settings: DispatchSettings | None = None) -> None:
         self.endpoints = list(endpoints)
         self.settings = settings or DispatchSettings()
-        if failure_threshold is not None:
-            self.settings = dataclasses.replace(self.settings, failure_threshold=failure_threshold)
         self._tracked = [_Tracked() for _ in self.endpoints]
         self._changed = asyncio.Condition()
         self._closed = False
@@ -94,12 +90,18 @@ class Dispatcher:
 
     # -- slots -----------------------------------------------------------------------------------------
 
-    async def acquire(self, avoid: int | None = None) -> Endpoint:
+    async def acquire(self, avoid: int | None = None, prefer: int | None = None) -> Endpoint:
+        """A slot on the balancer's choice; `prefer` wins while it is up and under its hard cap, so a
+        conversation's turns stay where its prefix is cached."""
         async with self._changed:
             while True:
                 if self._closed:
                     raise DispatchClosed
                 index = pick_endpoint(self.loads(), avoid, self.settings.headroom)
+                if prefer is not None:
+                    preferred = self.endpoints[prefer]
+                    if preferred.counters.state == UP and preferred.counters.in_flight < preferred.max_in_flight:
+                        index = prefer
                 if index is not None:
                     endpoint = self.endpoints[index]
                     endpoint.counters.in_flight += 1

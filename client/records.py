@@ -47,6 +47,9 @@ class ResultRecord(TypedDict):
     timings: Timings
     attempts: int
     created: float
+    conversation_id: NotRequired[str]
+    turn: NotRequired[int]
+    diverged: NotRequired[str]
     meta: NotRequired[dict[str, Any]]
 
 

@@ -24,6 +24,7 @@ class SamplingSettings:
     presence_penalty: float = 0.0
     seed: int | None = None
     enable_thinking: bool = True
+    preserve_thinking: bool = False  # keep earlier turns' reasoning in multi-turn history (Qwen3.6 template)
 
     def recorded(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}
@@ -58,6 +59,8 @@ def build_payload(
         # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
         "chat_template_kwargs": {"enable_thinking": settings.enable_thinking},
     }
+    if settings.preserve_thinking:
+        payload["chat_template_kwargs"]["preserve_thinking"] = True
     if prompt.tools:
         payload["tools"] = prompt.tools
     if settings.seed is not None:

@@ -1,46 +1,42 @@
-"""TaskGroup orchestration of one run: read prompts, dispatch, retry, write, shut down.
+"""TaskGroup orchestration of one run: read prompts, hand them to workers, write what comes back, stop.
 
 One TaskGroup owns every task: a producer (reads prompts in a thread, in batches, into a bounded queue),
 a fixed pool of workers (one per request the run may have in flight, never one per prompt), one watcher
-per endpoint, the segment rotator, and any companion loops (the console). Stop: dispatch ends at once, the
-requests in flight get a grace period, then they are cancelled; what is not written is sent again on the
-next run.
+per endpoint, the segment rotator, a stop supervisor, and any companion loops (console, S3 uploader).
+
+`--turns last` (default) generates one turn per prompt. `--turns all` regenerates every assistant turn
+of a conversation in order, on the model's own history (client.conversation), one worker per
+conversation, so its turns run one after another and stay on one endpoint while it is healthy.
+
+Stop: dispatch ends at once, the requests in flight get a grace period, then they are cancelled; what
+is not written is sent again on the next run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-import orjson
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
-
-from client.dispatch import DispatchClosed, Dispatcher
+from client.conversation import Conversation, event_id
+from client.dispatch import Dispatcher
 from client.endpoint import Endpoint
-from client.errors import AttemptError, InputError, RateLimited, RegenError, SinkError
-from client.records import Completion, FailureRecord, Prompt, ResultRecord
-from client.request import SamplingSettings, build_payload, request_messages
+from client.errors import InputError, RegenError, SinkError
+from client.generate import Abandoned, Generation, GenerationFailed, Generator, RetryPolicy
+from client.records import Prompt, ResultRecord
+from client.request import SamplingSettings, request_messages
+from client.results import failure_record, result_record
 from client.sink import ResultSink
 from client.source import PromptSource
 from client.stats import RunStats
+from client.turns import TurnLedger
 
+__all__ = ["RetryPolicy", "Swarm", "SwarmOutcome"]
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    max_attempts: int = 6
-    initial_backoff_s: float = 1.0
-    max_backoff_s: float = 60.0
-    jitter_s: float = 1.0
+Turns = Literal["last", "all"]
 
 
 @dataclass
@@ -48,10 +44,8 @@ class SwarmOutcome:
     interrupted: bool = False
     fatal: RegenError | None = None
     abandoned: int = 0
-
-
-class _Abandoned(Exception):
-    """The run is stopping: this prompt is left for the next run."""
+    conversations_finished: int = 0
+    diverged: int = 0
 
 
 def _take(iterator: Iterator[Prompt], count: int) -> list[Prompt]:
@@ -68,10 +62,12 @@ class Swarm:
         stats: RunStats,
         settings: SamplingSettings,
         model: str,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: RetryPolicy | None = None,
         grace_s: float = 30.0,
         rotate_check_s: float = 5.0,
         dispatcher: Dispatcher | None = None,
+        turns: Turns = "last",
+        ledger: TurnLedger | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.source = source
@@ -79,34 +75,34 @@ class Swarm:
         self.stats = stats
         self.settings = settings
         self.model = model
-        self.retry = retry
         self.grace_s = grace_s
         self.rotate_check_s = rotate_check_s
         self.dispatcher = dispatcher or Dispatcher(endpoints)
+        self.turns = turns
+        self.ledger = ledger or TurnLedger()
         self.outcome = SwarmOutcome()
         self.concurrency = sum(e.max_in_flight for e in endpoints)
         self._queue: asyncio.Queue[Prompt | None] = asyncio.Queue(maxsize=max(8, self.concurrency))
         self._stopping = asyncio.Event()
+        self._immediate = False
         self._workers: list[asyncio.Task[None]] = []
         self._producer: asyncio.Task[None] | None = None
-        self._recorded = self.settings.recorded()
-        self._backoff = wait_exponential_jitter(initial=retry.initial_backoff_s, max=retry.max_backoff_s,
-                                                jitter=retry.jitter_s)
+        self._recorded = settings.recorded()
+        self.generator = Generator(dispatcher=self.dispatcher, stats=stats, settings=settings, model=model,
+                                   retry=retry or RetryPolicy(), stopping=self._stopping)
 
     # -- control ---------------------------------------------------------------------------------------
 
     def request_stop(self, *, immediate: bool = False) -> None:
-        """First call: stop dispatching and give in-flight requests the grace period. `immediate`: cancel now."""
+        """First call: stop dispatching, give in-flight requests the grace period. `immediate`: cancel now."""
         if not self._stopping.is_set():
             self.outcome.interrupted = self.outcome.fatal is None
             self._stopping.set()
             if self._producer is not None:
                 self._producer.cancel()
-            asyncio.get_running_loop().create_task(self.dispatcher.close())
             self._release_idle_workers()
-            if not immediate:
-                asyncio.get_running_loop().call_later(self.grace_s, self._cancel_workers)
         if immediate:
+            self._immediate = True
             self._cancel_workers()
 
     def _release_idle_workers(self) -> None:
@@ -124,6 +120,15 @@ class Swarm:
             self.outcome.fatal = error
         self.request_stop(immediate=immediate)
 
+    async def _supervise_stop(self) -> None:
+        await self._stopping.wait()
+        await self.dispatcher.close()
+        if not self._immediate:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.grace_s):
+                    await asyncio.wait(self._workers)
+        self._cancel_workers()
+
     # -- the run ---------------------------------------------------------------------------------------
 
     async def run(self, companions: list[Callable[[], Coroutine[Any, Any, None]]] | None = None) -> SwarmOutcome:
@@ -133,6 +138,7 @@ class Swarm:
             side.append(group.create_task(self._rotate()))
             side.extend(group.create_task(make()) for make in companions or [])
             self._workers = [group.create_task(self._work()) for _ in range(self.concurrency)]
+            side.append(group.create_task(self._supervise_stop()))
             self._producer = group.create_task(self._produce())
             await asyncio.wait(self._workers)
             self._producer.cancel()
@@ -174,8 +180,11 @@ class Swarm:
             if self._stopping.is_set():
                 continue
             try:
-                await self._process(prompt)
-            except _Abandoned:
+                if self.turns == "all":
+                    await self._conversation(prompt)
+                else:
+                    await self._single(prompt)
+            except Abandoned:
                 self.outcome.abandoned += 1
             except SinkError as exc:
                 self._fail(exc)
@@ -183,113 +192,50 @@ class Swarm:
 
     # -- one prompt ------------------------------------------------------------------------------------
 
-    def _wait(self, state: RetryCallState) -> float:
-        backoff = self._backoff(state)
-        error = state.outcome.exception() if state.outcome else None
-        if isinstance(error, RateLimited) and error.retry_after is not None:
-            return max(backoff, error.retry_after)
-        return float(backoff)
-
-    async def _sleep(self, seconds: float) -> None:
-        try:
-            async with asyncio.timeout(seconds):
-                await self._stopping.wait()
-        except TimeoutError:
-            return
-        raise _Abandoned
-
-    async def _process(self, prompt: Prompt) -> None:
+    async def _single(self, prompt: Prompt) -> None:
         messages = request_messages(prompt)
-        attempts = 0
-        queued_s = 0.0
-        started = time.monotonic()
-        last_endpoint: Endpoint | None = None
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retry.max_attempts),
-            wait=self._wait,
-            retry=retry_if_exception(lambda exc: isinstance(exc, AttemptError) and exc.retryable),
-            sleep=self._sleep,
-            reraise=True,
-        )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    attempts += 1
-                    waited_from = time.monotonic()
-                    try:
-                        endpoint = await self.dispatcher.acquire(
-                            avoid=last_endpoint.index if last_endpoint is not None else None)
-                    except DispatchClosed:
-                        raise _Abandoned from None
-                    queued_s += time.monotonic() - waited_from
-                    last_endpoint = endpoint
-                    completion, ttft = await self._attempt(endpoint, prompt, messages, attempts)
-        except AttemptError as exc:
-            self._record_failure(prompt, exc, attempts, last_endpoint)
+            generation = await self.generator.generate(prompt, messages)
+        except GenerationFailed as failed:
+            self._write_failure(prompt.id, failed)
             return
-        assert last_endpoint is not None
-        self._record_result(prompt, messages, completion, last_endpoint, attempts,
-                            queued_s, ttft, time.monotonic() - started)
+        self._write(result_record(prompt.id, prompt, messages, generation, sampling=self._recorded,
+                                  model=self.model), generation)
 
-    async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
-                       attempt: int) -> tuple[Completion, float | None]:
-        payload = build_payload(prompt, messages, self.settings, model=self.model,
-                                return_token_ids=endpoint.supports_token_ids)
-        try:
-            result = await endpoint.stream_chat(orjson.dumps(payload))
-        except AttemptError as exc:
-            self.stats.record_error(endpoint.counters, exc.kind, str(exc))
-            await self.dispatcher.report_failure(endpoint, exc)
-            if exc.retryable and attempt < self.retry.max_attempts and not self._stopping.is_set():
-                self.stats.retries += 1
-            raise
-        finally:
-            await self.dispatcher.release(endpoint)
-        await self.dispatcher.report_success(endpoint)
-        return result
+    async def _conversation(self, prompt: Prompt) -> None:
+        conversation = Conversation(prompt.id, prompt.messages, preserve_thinking=self.settings.preserve_thinking)
+        if self.ledger.is_finished(prompt.id):
+            return
+        earlier = self.ledger.latest.get(prompt.id)
+        if earlier is not None:
+            conversation.restore(earlier)
+        prefer: int | None = None
+        while not conversation.finished:
+            messages = conversation.next_request()
+            turn = conversation.turn + 1
+            try:
+                generation = await self.generator.generate(prompt, messages, prefer=prefer)
+            except GenerationFailed as failed:
+                # Its earlier turns stay written; the next run continues this conversation at this turn.
+                self._write_failure(event_id(prompt.id, turn), failed)
+                return
+            diverged = conversation.advance(messages, generation.completion)
+            record = result_record(event_id(prompt.id, turn, last=conversation.finished), prompt, messages,
+                                   generation, sampling=self._recorded, model=self.model,
+                                   conversation=(prompt.id, turn), diverged=diverged)
+            self._write(record, generation)
+            prefer = generation.endpoint.index
+            if diverged is not None:
+                self.outcome.diverged += 1
+        self.outcome.conversations_finished += 1
 
-    def _record_result(self, prompt: Prompt, messages: list[dict[str, Any]], completion: Completion,
-                       endpoint: Endpoint, attempts: int, queued_s: float, ttft: float | None,
-                       total_s: float) -> None:
-        record: ResultRecord = {
-            "id": prompt.id,
-            "messages": messages,
-            "sampling": self._recorded,
-            "reasoning": completion.reasoning,
-            "content": completion.content,
-            "tool_calls": [call.to_wire() for call in completion.tool_calls],
-            "finish_reason": completion.finish_reason,
-            "usage": completion.usage,
-            "model": completion.model or self.model,
-            "endpoint": endpoint.url,
-            "timings": {"queued_s": round(queued_s, 4), "ttft_s": None if ttft is None else round(ttft, 4),
-                        "total_s": round(total_s, 4)},
-            "attempts": attempts,
-            "created": time.time(),
-        }
-        if prompt.tools:
-            record["tools"] = prompt.tools
-        if completion.prompt_token_ids is not None:
-            record["prompt_token_ids"] = completion.prompt_token_ids
-        if completion.completion_token_ids is not None:
-            record["completion_token_ids"] = completion.completion_token_ids
-        if prompt.meta is not None:
-            record["meta"] = prompt.meta
+    def _write(self, record: ResultRecord, generation: Generation) -> None:
         self.sink.write_result(record)
-        usage = completion.usage
-        self.stats.record_done(endpoint.counters, int(usage.get("completion_tokens", 0)),
-                               int(usage.get("prompt_tokens", 0)), completion.finish_reason)
+        completion = generation.completion
+        self.stats.record_done(generation.endpoint.counters, int(completion.usage.get("completion_tokens", 0)),
+                               int(completion.usage.get("prompt_tokens", 0)), completion.finish_reason)
 
-    def _record_failure(self, prompt: Prompt, error: AttemptError, attempts: int,
-                        endpoint: Endpoint | None) -> None:
-        failure: FailureRecord = {
-            "id": prompt.id,
-            "error_class": error.kind,
-            "last_error": str(error),
-            "attempts": attempts,
-            "endpoint": endpoint.url if endpoint is not None else None,
-            "created": time.time(),
-        }
-        self.sink.write_failure(failure)
+    def _write_failure(self, record_id: str, failed: GenerationFailed) -> None:
+        endpoint = failed.endpoint.url if failed.endpoint is not None else None
+        self.sink.write_failure(failure_record(record_id, failed.error, failed.attempts, endpoint))
         self.stats.failed += 1
-
