@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -199,6 +200,28 @@ def _fragments(text: str, rng: random.Random) -> tuple[str, ...]:
     return tuple(out) or ("{}",)
 
 
+_DIRECTIVE = re.compile(r"\[\[sim:calls ([A-Za-z0-9_,\- ]+)\]\]")
+
+
+def directed_calls(messages: Any) -> list[str] | None:
+    """A test hook: `[[sim:calls NAME,NAME]]` (or `[[sim:calls none]]`) in a user or tool turn after the
+    last assistant turn fixes which tools this reply calls, so multi-turn tests can make a regenerated
+    trajectory line up with its source or diverge from it on purpose."""
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if not isinstance(message, Mapping) or message.get("role") == "assistant":
+            break
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        match = _DIRECTIVE.search(content) if isinstance(content, str) else None
+        if match:
+            names = [name.strip() for name in match.group(1).split(",") if name.strip()]
+            return [] if names == ["none"] else names
+    return None
+
+
 def _pick_calls(tools: Sequence[Any], tool_choice: Any, parallel: bool, rng: random.Random) -> list[Any]:
     if isinstance(tool_choice, Mapping):
         wanted = tool_choice.get("function", {}).get("name")
@@ -221,6 +244,11 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
     tool_choice = body.get("tool_choice", "auto")
     forced = tool_choice == "required" or isinstance(tool_choice, Mapping)
     calls_wanted = bool(tools) and tool_choice != "none" and (forced or rng.random() < config.tool_call_rate)
+    directed = directed_calls(messages)
+    if directed is not None:
+        by_name = {_tool_function(t)[0]: t for t in tools}
+        directed_tools = [by_name[name] for name in directed if name in by_name]
+        calls_wanted = bool(directed_tools)
 
     mean = config.mean_tokens if thinking else max(1, int(config.mean_tokens * _NO_THINK_SHARE))
     length = _draw_length(rng, mean)
@@ -233,7 +261,9 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
     calls: list[ToolCallScript] = []
     if calls_wanted:
         content = rng.randint(0, 24)
-        for tool in _pick_calls(tools, tool_choice, body.get("parallel_tool_calls", True) is not False, rng):
+        chosen = directed_tools if directed is not None else _pick_calls(
+            tools, tool_choice, body.get("parallel_tool_calls", True) is not False, rng)
+        for tool in chosen:
             name, params = _tool_function(tool)
             args = orjson.dumps(value_for(params, rng)).decode()
             call_id = "call_" + rng.getrandbits(96).to_bytes(12, "little").hex()
