@@ -1,0 +1,49 @@
+"""`--turns all` against the real vLLM with the scripted tiny Qwen3: the regenerated tool call is answered
+by the source's spliced tool result, and the next turn is generated on that history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.conftest import read_results, run_client
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                   "required": ["city"]}}}
+
+
+def test_spliced_tool_result_answers_the_regenerated_call(tmp_path: Path, vllm_scripted: Any,
+                                                          tiny_script: dict[str, Any]) -> None:
+    source = {"id": "trip", "tools": [WEATHER], "messages": [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "src_call", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "src_call", "content": "Paris: 18C, clear sky"},
+        {"role": "assistant", "content": "SOURCE: It is 18C and clear."}]}
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_bytes(orjson.dumps(source) + b"\n")
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", vllm_scripted.url, "--prompts", str(prompts), "--out", str(out),
+                         "--turns", "all", "--max-tokens", "64", "--max-in-flight", "2"], timeout=240)
+    assert result.code == 0, result.stderr[-3000:]
+    events = {r["id"]: r for r in read_results(out)}
+    assert set(events) == {"trip#1", "trip#2!"}
+    first, second = events["trip#1"], events["trip#2!"]
+    (call,) = first["tool_calls"]
+    assert call["function"] == {"name": tiny_script["tool_name"], "arguments": tiny_script["tool_arguments"]}
+    assert call["id"] and call["id"] != "src_call"
+    assert first["reasoning"] == tiny_script["reasoning"]
+    assert "diverged" not in first
+    history = second["messages"]
+    assert history[0] == source["messages"][0]
+    assert history[1]["tool_calls"] == [call]
+    assert history[2] == {"role": "tool", "tool_call_id": call["id"], "content": "Paris: 18C, clear sky"}
+    assert second["turn"] == 2
+    assert second["finish_reason"] == "tool_calls"
+    assert second["prompt_token_ids"] and second["completion_token_ids"] == tiny_script["completion_token_ids"]
+    assert len(second["prompt_token_ids"]) > len(first["prompt_token_ids"]), "turn 2 saw the longer history"
