@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
                        help="bearer token for the servers (default: $REGEN_API_KEY)")
     fleet.add_argument("--max-in-flight", type=_positive_int, default=128, metavar="N",
-                       help="most requests in flight per endpoint (default: %(default)s)")
+                       help="hard cap of requests in flight per endpoint; within it, each endpoint is kept "
+                            "filled to its decode slots plus a small queue (default: %(default)s)")
+    fleet.add_argument("--slots", type=_positive_int, default=32, metavar="N",
+                       help="decode slots assumed for an endpoint that does not report them (vLLM); learned "
+                            "from its queue as the run goes (default: %(default)s)")
     fleet.add_argument("--wait-ready", type=float, default=0.0, metavar="SECONDS",
                        help="at start, wait this long for endpoints nothing answers on yet (default: 0: fail)")
     fleet.add_argument("--gpus", type=_positive_int, metavar="N",
@@ -106,13 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sampling = parser.add_argument_group("sampling (defaults: Qwen3 thinking mode)")
     defaults = SamplingSettings()
-    sampling.add_argument("--max-tokens", type=_positive_int, default=defaults.max_tokens,
+    sampling.add_argument("--max-tokens", type=_positive_int, default=defaults.max_tokens, metavar="N",
                           help="cap on reasoning + answer tokens (default: %(default)s)")
-    sampling.add_argument("--temperature", type=float, default=defaults.temperature)
-    sampling.add_argument("--top-p", type=float, default=defaults.top_p)
-    sampling.add_argument("--top-k", type=int, default=defaults.top_k)
-    sampling.add_argument("--min-p", type=float, default=defaults.min_p)
-    sampling.add_argument("--presence-penalty", type=float, default=defaults.presence_penalty)
+    sampling.add_argument("--temperature", type=float, default=defaults.temperature, help="(default: %(default)s)")
+    sampling.add_argument("--top-p", type=float, default=defaults.top_p, help="(default: %(default)s)")
+    sampling.add_argument("--top-k", type=int, default=defaults.top_k, help="(default: %(default)s)")
+    sampling.add_argument("--min-p", type=float, default=defaults.min_p, help="(default: %(default)s)")
+    sampling.add_argument("--presence-penalty", type=float, default=defaults.presence_penalty,
+                          help="(default: %(default)s)")
     sampling.add_argument("--seed", type=int, help="sampling seed sent with every request")
     sampling.add_argument("--no-thinking", action="store_true",
                           help="send chat_template_kwargs.enable_thinking=false (thinking is on by default)")
@@ -122,13 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="last: generate the next assistant turn after the given history (a trailing "
                             "assistant turn is dropped and regenerated). all: regenerate every assistant turn "
                             "in order, each on the model's own earlier turns; one record per turn, with id "
-                            "CONVERSATION#TURN (default: %(default)s)")
+                            "CONVERSATION#TURN, and a trailing ! on the turn that ends the conversation "
+                            "(default: %(default)s)")
     turns.add_argument("--preserve-thinking", action="store_true",
                        help="with --turns all, keep earlier turns' reasoning in the history "
                             "(chat_template_kwargs.preserve_thinking); Qwen3.6 drops it by default")
 
     retries = parser.add_argument_group("retries and shutdown")
-    retries.add_argument("--max-attempts", type=_positive_int, default=6,
+    retries.add_argument("--max-attempts", type=_positive_int, default=6, metavar="N",
                          help="attempts per prompt before it goes to the failures file (default: %(default)s)")
     retries.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
                          help="a stream that sends no byte for this long is retried elsewhere (default: %(default)s)")
@@ -143,9 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="interval of the plain progress line (default: %(default)s)")
 
     sim = parser.add_argument_group("simulated fleet (--simulate)")
-    sim.add_argument("--sim-speed", type=float, default=20.0,
+    sim.add_argument("--sim-speed", type=float, default=20.0, metavar="X",
                      help="time scale of the simulated servers (default: %(default)s)")
-    sim.add_argument("--sim-max-running", type=_positive_int, default=32,
+    sim.add_argument("--sim-max-running", type=_positive_int, default=32, metavar="N",
                      help="decode slots per simulated server (default: %(default)s)")
     sim.add_argument("--sim-arg", action="append", metavar="ARG",
                      help="extra flag for every simulated server, e.g. --sim-arg=--fail-500 --sim-arg=0.02")
