@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--model", help="model to request (default: the one the servers list at /v1/models)")
     fleet.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
                        help="bearer token for the servers (default: $REGEN_API_KEY)")
-    fleet.add_argument("--max-in-flight", type=_positive_int, default=128, metavar="N",
+    fleet.add_argument("--max-in-flight", type=_positive_int, default=512, metavar="N",
                        help="hard cap of requests in flight per endpoint; within it, each endpoint is kept "
                             "filled to its decode slots plus a small queue (default: %(default)s)")
     fleet.add_argument("--slots", type=_positive_int, default=32, metavar="N",
