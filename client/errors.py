@@ -2,8 +2,13 @@
 
     RegenError
     ├── ConfigError            bad options, unreachable fleet, unknown model, unwritable --out   (exit 2)
+    │   ├── S3AccessError      the bucket is missing, access is denied, or there are no credentials
+    │   └── ManifestConflict   another writer with this host and shard owns the manifest
     ├── InputError             a prompt file or record is bad and --strict is on                  (exit 3)
     ├── SinkError              results cannot be written (disk full, read-only)                    (exit 4)
+    ├── S3Error                an S3 call failed (uploads retry it; at start-up it is exit 2)
+    │   ├── S3Unavailable      unreachable, timed out, 5xx or SlowDown: try again later
+    │   └── S3Conflict         a conditional write (If-Match / If-None-Match) did not hold
     └── AttemptError           one request attempt failed; decides whether to retry
         ├── RetryableError
         │   ├── ConnectFailed      the endpoint could not be reached
@@ -27,6 +32,30 @@ class RegenError(Exception):
 
 class ConfigError(RegenError):
     """The run cannot start as configured; the message says what to change."""
+
+
+class S3AccessError(ConfigError):
+    """The bucket cannot be used as configured (missing, access denied, no credentials)."""
+
+
+class ManifestConflict(ConfigError):
+    """Another writer with the same host and shard is writing this manifest."""
+
+
+class S3Error(RegenError):
+    """An S3 call failed. `code` is S3's error code when it answered, else ''."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class S3Unavailable(S3Error):
+    """The store could not be reached, timed out, or answered 5xx / SlowDown: try again later."""
+
+
+class S3Conflict(S3Error):
+    """A conditional write (If-Match / If-None-Match) did not hold."""
 
 
 class InputError(RegenError):

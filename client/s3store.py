@@ -31,27 +31,9 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     PartialCredentialsError,
 )
 
-from client.errors import ConfigError, RegenError
+from client.errors import ConfigError, RegenError, S3AccessError, S3Conflict, S3Error, S3Unavailable
 
-
-class S3AccessError(ConfigError):
-    """The bucket cannot be used as configured (missing, access denied, no credentials)."""
-
-
-class S3Error(RegenError):
-    """An S3 call failed. `code` is S3's error code when it answered, else ''."""
-
-    def __init__(self, message: str, code: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class S3Unavailable(S3Error):
-    """The store could not be reached, timed out, or answered 5xx / SlowDown: try again later."""
-
-
-class S3Conflict(S3Error):
-    """A conditional write (If-Match / If-None-Match) did not hold."""
+__all__ = ["S3AccessError", "S3Conflict", "S3Error", "S3Store", "S3Unavailable", "S3Url"]
 
 
 _ACCESS_CODES = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",

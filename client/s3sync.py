@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from client.errors import ConfigError, RegenError
+from client.errors import ManifestConflict, RegenError
 from client.manifest import (
     Manifest,
     SegmentEntry,
@@ -44,10 +44,6 @@ from client.s3store import S3AccessError, S3Conflict, S3Error, S3Store, describe
 from client.sink import ClosedSegment
 
 READ_BLOCK = 4 << 20
-
-
-class ManifestConflict(ConfigError):
-    """Another client writes this writer's manifest: two clients run with the same host name and shard."""
 
 
 @dataclass(frozen=True, slots=True)
