@@ -219,3 +219,21 @@ def test_options_are_checked(tmp_path: Path) -> None:
     code, _, stderr = estimate("--prompts", str(prompts), "--endpoints", "http://127.0.0.1:9",
                                "--out", str(tmp_path / "o"))
     assert code == 2 and "cannot reach 1 of 1 endpoint(s)" in stderr
+
+
+def test_strata_fall_back_to_the_file_name_and_draws_repeat(tmp_path: Path) -> None:
+    from client.estimate_sample import census, draw
+
+    first = prompt_file(tmp_path / "a.jsonl", [f"chat-{i}" for i in range(50)])
+    second = tmp_path / "b.jsonl"
+    second.write_bytes(b"".join(orjson.dumps({"id": f"plain-{i}", "messages": [{"role": "user", "content": "q"}]})
+                                + b"\n" for i in range(30)) + b'{"id": "bad", "messages": []}\n')
+    counted = census([first, second])
+    assert counted.strata == {"chat": 50, "b.jsonl": 30}
+    assert counted.invalid == 1
+    sizes = {"chat": 5, "b.jsonl": 3}
+    once = [(p.id, name) for p, name in draw([first, second], counted.strata, sizes, seed=1)]
+    again = [(p.id, name) for p, name in draw([first, second], counted.strata, sizes, seed=1)]
+    other = [(p.id, name) for p, name in draw([first, second], counted.strata, sizes, seed=2)]
+    assert once == again != other
+    assert Counter(name for _, name in once) == {"chat": 5, "b.jsonl": 3}
