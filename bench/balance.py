@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.report import emit
 from client.dispatch import Dispatcher, DispatchSettings
 from client.endpoint import Endpoint
 from client.request import SamplingSettings
@@ -127,11 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         ideal = ideal_seconds(o.tokens, o.longest_tokens, slots, args.speed, args.tokens_per_chunk)
         lines.append(f"| {o.policy} | {o.per_endpoint} | {o.tokens:,} | {o.makespan_s:.1f} | {ideal:.1f} | "
                      f"{o.makespan_s / ideal:.3f} |")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        with args.out.open("a") as handle:
-            handle.write(table + "\n\n")
+    emit(lines, args.out)
     return 0
 
 

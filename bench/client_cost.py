@@ -27,6 +27,7 @@ import httpx2
 import openai
 import orjson
 
+from bench.report import emit
 from client.endpoint import Endpoint
 from client.loop import event_loop_factory
 from client.records import Prompt
@@ -199,11 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     for m in results:
         lines.append(f"| {m.name} | {m.chunks:,} | {m.cpu_s:.2f} | {m.wall_s:.2f} | {m.us_per_chunk:.1f} | "
                      f"{m.us_per_chunk / ours.us_per_chunk:.1f}x |")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        with args.out.open("a") as handle:
-            handle.write(table + "\n\n")
+    emit(lines, args.out)
     return 0
 
 

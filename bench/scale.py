@@ -25,6 +25,8 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
+from bench.report import emit
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -147,11 +149,7 @@ def main(argv: list[str] | None = None) -> int:
              "| case | milestone | seconds | peak RSS (MB) |", "|---|---|---:|---:|"]
     lines += [f"| {case} | {milestone} | {float(seconds):.2f} | {float(rss):.0f} |"
               for case, milestone, seconds, rss in rows]
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        with args.out.open("a") as handle:
-            handle.write(table + "\n\n")
+    emit(lines, args.out)
     return 0
 
 

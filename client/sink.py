@@ -25,7 +25,7 @@ import orjson
 
 from client.errors import ConfigError, SinkError
 from client.records import FailureRecord, ResultRecord
-from client.source import leading_id
+from client.source import record_id
 
 SEGMENTS_DIR = "segments"
 FAILURES_DIR = "failures"
@@ -78,16 +78,10 @@ def scan_segment_ids(path: Path, report: ScanReport) -> list[str]:
     ids: list[str] = []
     with path.open("rb") as handle:
         for raw in handle:
-            prompt_id = leading_id(raw)
+            prompt_id = record_id(raw)
             if prompt_id is None:
-                try:
-                    obj = orjson.loads(raw)
-                    prompt_id = obj["id"] if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
-                except orjson.JSONDecodeError:
-                    prompt_id = None
-                if prompt_id is None:
-                    report.corrupt_lines += 1
-                    continue
+                report.corrupt_lines += 1
+                continue
             ids.append(prompt_id)
     return ids
 

@@ -80,6 +80,20 @@ def leading_id(line: bytes) -> str | None:
     return match.group(1).decode() if match else None
 
 
+def record_id(line: bytes) -> str | None:
+    """The string `id` of a raw JSON line: read from its start when it is the first key, else parsed.
+    None when the line is not a JSON object with a string id."""
+    found = leading_id(line)
+    if found is not None:
+        return found
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    value = obj.get("id") if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else None
+
+
 class PromptSource:
     """Iterates the prompts still to do. Not thread-safe; one consumer at a time."""
 
@@ -178,19 +192,8 @@ def count_remaining(paths: Iterable[Path], done_ids: set[str], shard: Shard | No
     for path in paths:
         with path.open("rb") as handle:
             for raw in handle:
-                if not raw.strip():
-                    continue
-                prompt_id = leading_id(raw)
-                if prompt_id is None:
-                    try:
-                        obj = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        continue
-                    value = obj.get("id") if isinstance(obj, dict) else None
-                    if not isinstance(value, str):
-                        continue
-                    prompt_id = value
-                if prompt_id in done_ids or prompt_id in seen or not shard.owns(prompt_id):
+                prompt_id = record_id(raw) if raw.strip() else None
+                if prompt_id is None or prompt_id in done_ids or prompt_id in seen or not shard.owns(prompt_id):
                     continue
                 seen.add(prompt_id)
                 remaining += 1
