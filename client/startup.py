@@ -94,3 +94,28 @@ async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wa
         raise ConfigError(f"not every endpoint serves {model!r} ({detail}). A run must come from one model: "
                           "fix the fleet or drop those endpoints.")
     return model
+
+
+async def check_max_tokens(endpoints: Sequence[Endpoint], model: str, max_tokens: int) -> None:
+    """`--max-tokens` must leave room for a prompt in the model's context on every endpoint.
+
+    vLLM answers HTTP 400 to every request whose max_tokens exceeds the context ("max_tokens=8192 cannot
+    be greater than max_model_len=2048"), and SGLang to every one whose prompt plus max_tokens does: such
+    a run would send every prompt once just to write it to the failures file. Both engines list the
+    context as `max_model_len` in /v1/models; an endpoint that does not, or does not answer, is not checked.
+    """
+    for endpoint in endpoints:
+        try:
+            document = await endpoint.get_json("/v1/models")
+        except (AttemptError, ValueError):
+            continue
+        entries = document.get("data") if isinstance(document, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict) or entry.get("id") != model:
+                continue
+            context = entry.get("max_model_len")
+            if isinstance(context, int) and not isinstance(context, bool) and max_tokens >= context:
+                raise ConfigError(
+                    f"--max-tokens {max_tokens} does not fit the context of {model} on {endpoint.url} "
+                    f"(max_model_len {context}): every request would be refused. Pass a --max-tokens well "
+                    f"below {context}, leaving room for the prompt.")

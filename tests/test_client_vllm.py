@@ -22,6 +22,10 @@ import httpx
 import orjson
 import pytest
 
+from client.endpoint import Endpoint
+from client.errors import ConfigError
+from client.startup import check_max_tokens
+from client.stats import EndpointCounters
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import read_failures, read_results, run_client
 from tests.engines.vllm_server import VLLMServer
@@ -169,9 +173,9 @@ def test_reasoning_and_content_without_tools(thinking_run: Run, tiny_script: dic
         assert record["tool_calls"] == []
         assert "tools" not in record
         assert record["meta"] == {"kind": "plain"}
-        assert record["sampling"] == {"max_tokens": 256, "temperature": 0.6, "top_p": 0.95, "top_k": 20,
-                                      "min_p": 0.0, "presence_penalty": 0.0, "seed": 11,
-                                      "enable_thinking": True}
+        sent = {"max_tokens": 256, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
+                "presence_penalty": 0.0, "seed": 11, "enable_thinking": True}
+        assert {key: record["sampling"].get(key) for key in sent} == sent
 
 
 @pytest.mark.vllm
@@ -249,6 +253,39 @@ def test_small_max_tokens_gives_finish_reason_length(length_run: Run, tiny_scrip
         assert record["completion_token_ids"] == ids
         assert record["usage"] == _expected_usage(record["prompt_token_ids"], 5, 2)
         assert record["sampling"]["max_tokens"] == 5
+
+
+# -- a --max-tokens the context cannot hold -----------------------------------------------------------
+
+@pytest.mark.vllm
+async def test_max_tokens_beyond_the_context_is_caught_before_sending(vllm_scripted: VLLMServer) -> None:
+    """vLLM refuses every request whose max_tokens exceeds max_model_len (2048 here; the CLI default is
+    8192): the start-up check names the problem instead of a run that fails every prompt."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        refused = await client.post(f"{vllm_scripted.url}/v1/chat/completions", json={
+            "model": vllm_scripted.model_name, "messages": USER, "max_tokens": 8192, "stream": True})
+    assert refused.status_code == 400
+    assert "cannot be greater than max_model_len=2048" in refused.text
+    endpoint = Endpoint(vllm_scripted.url, EndpointCounters(url=vllm_scripted.url, index=0), max_in_flight=1)
+    try:
+        await check_max_tokens([endpoint], vllm_scripted.model_name, 256)
+        with pytest.raises(ConfigError, match=r"--max-tokens 8192 does not fit .*\(max_model_len 2048\)"):
+            await check_max_tokens([endpoint], vllm_scripted.model_name, 8192)
+        await check_max_tokens([endpoint], "another-model", 8192)  # only the model being run is checked
+    finally:
+        await endpoint.aclose()
+
+
+async def test_max_tokens_check_passes_on_a_long_context_sglang(fleet_factory: Any) -> None:
+    fleet = fleet_factory([SimServerSpec(speed=40.0)])
+    endpoint = Endpoint(fleet.urls[0], EndpointCounters(url=fleet.urls[0], index=0), max_in_flight=1)
+    try:
+        model = (await endpoint.models())[0]
+        await check_max_tokens([endpoint], model, 8192)  # 262,144 tokens of context
+        with pytest.raises(ConfigError, match="max_model_len 262144"):
+            await check_max_tokens([endpoint], model, 262144)
+    finally:
+        await endpoint.aclose()
 
 
 # -- SGLang: the field is never sent ------------------------------------------------------------------
