@@ -3,35 +3,66 @@ within 10% of the wall time of the full run of the same prompts.
 
 20,000 prompts (so the 2% sample is 400: the simulated lengths are heavy-tailed, and the sample's mean
 is the dominant error) on two servers of 16 slots; both the estimate and the full run are the real CLIs.
-About 35 s on an idle two-core machine. This is the one timed assertion of the suite: a machine busy
-with other work while it runs slows the full run and not the sample (or the other way round), which no
-estimate can foresee; when the load average says so and the figures are off, the test is skipped with
-the figures in the reason rather than failed.
+About 35 s on an idle two-core machine. This is the one timed assertion of the suite, and it needs the
+machine to itself: the test's own processes use about one core, and other work running at the same
+time starves the 35 s full run far more than the half-second window in which the sample measures the
+throughput, which no estimate can foresee. So the test measures the CPU time the rest of the machine
+used meanwhile, and when that was large and the figures are off it is skipped (figures in the reason)
+rather than failed.
 """
 
 from __future__ import annotations
 
 import os
+import resource
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from bench.estimate_vs_actual import compare, sim_spec
 
 TOLERANCE = 0.10
+BUSY_ELSEWHERE = 0.25  # share of the machine's CPU used by other processes that voids the comparison
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every process of the machine has used since boot (from /proc/stat)."""
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this test's process tree: itself, finished children, and live ones (the servers)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 @pytest.mark.slow
 def test_two_percent_sample_projects_the_full_run_within_ten_percent(tmp_path: Path, fleet_factory: Any) -> None:
     spec = sim_spec(max_running=16, speed=10.0, tokens_per_chunk=8, mean_tokens=100)
     fleet = fleet_factory([spec] * 2, seed=0)
+    started, busy, ours = time.monotonic(), machine_busy_s(), own_cpu_s()
     row = compare(tmp_path, fleet.urls, prompts=20_000, sample="2%", max_tokens=300, seed=0)
-    load = os.getloadavg()[0]
-    if load > 2 * (os.cpu_count() or 1) and abs(row["wall_error"]) > TOLERANCE:
-        pytest.skip(f"the machine was busy with other work (load {load:.1f}), which slows the full run and not "
-                    f"the sample: {row}")
+    capacity = (time.monotonic() - started) * (os.cpu_count() or 1)
+    elsewhere = (machine_busy_s() - busy - (own_cpu_s() - ours)) / capacity
     assert row["sample"] == 400
     assert row["actual_records"] == 20_000
-    assert abs(row["wall_error"]) <= TOLERANCE, row
     assert abs(row["tokens_error"]) <= TOLERANCE, row
+    if elsewhere > BUSY_ELSEWHERE and abs(row["wall_error"]) > TOLERANCE:
+        pytest.skip(f"other processes used {elsewhere:.0%} of the machine's CPU meanwhile, which slows "
+                    f"the full run and not the sample: {row}")
+    assert abs(row["wall_error"]) <= TOLERANCE, {**row, "cpu_used_elsewhere": round(elsewhere, 3)}
