@@ -8,6 +8,7 @@ gives the same reply to the same request) and each gets its own fault seed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -47,6 +48,9 @@ class SimServerExited(RuntimeError):
         self.returncode = returncode
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -71,6 +75,13 @@ class _Member:
         size = self.log.tell()
         self.log.seek(max(0, size - limit))
         return self.log.read().decode(errors="replace")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: a fleet must not outlive the process that started it (a closed terminal
+    or a kill -9 of `client.run --simulate` would otherwise leave servers behind)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class SimFleet:
@@ -114,7 +125,8 @@ class SimFleet:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
         # Run from the package root so `-m launch.sim` cannot pick up another `launch` in the caller's cwd.
         m.proc = subprocess.Popen(self._command(m), stdin=subprocess.DEVNULL, stdout=m.log, stderr=m.log,
-                                  env=env, cwd=_PACKAGE_ROOT, start_new_session=True)
+                                  env=env, cwd=_PACKAGE_ROOT, start_new_session=True,
+                                  preexec_fn=_die_with_parent if sys.platform == "linux" else None)
 
     def _wait(self, m: _Member, *, ready: bool, timeout: float) -> None:
         """Wait for /health 200 (ready) or for any HTTP answer at all (not ready)."""
