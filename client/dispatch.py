@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from client.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint
 from client.endpoint import Endpoint
-from client.errors import AttemptError, ConnectFailed, ServerError, StreamDropped, StreamStalled
+from client.errors import AttemptError, ConnectFailed, RequestRejected, ServerError, StreamDropped, StreamStalled
 from client.loads import LOAD_SOURCES, LoadFormatError, ServerLoad
 
 STARTING, UP, DOWN = "starting", "up", "down"
@@ -34,6 +34,7 @@ class DispatchClosed(Exception):
 class DispatchSettings:
     failure_threshold: int = 3  # failures in a row that take an endpoint out
     poll_interval: float = 1.0
+    poll_timeout: float = 5.0
     probe_interval: float = 2.0
     health_interval: float = 30.0
     headroom: float = DEFAULT_HEADROOM
@@ -191,14 +192,21 @@ class Dispatcher:
         while tracked.load_source < len(LOAD_SOURCES):
             path, parse = LOAD_SOURCES[tracked.load_source]
             try:
-                body = await endpoint.get_bytes(path, limit_s=max(1.0, self.settings.poll_interval * 2))
+                body = await endpoint.get_bytes(path, limit_s=self.settings.poll_timeout)
                 load = parse(body)
             except ConnectFailed as exc:
                 await self.set_state(endpoint, DOWN, str(exc))
                 return
-            except (AttemptError, LoadFormatError):
-                tracked.load_source += 1  # this server does not offer that source; try the next
+            except RequestRejected:
+                tracked.load_source += 1  # 404/405: this server does not offer that source; try the next
                 continue
+            except LoadFormatError:
+                tracked.load_source += 1
+                continue
+            except AttemptError:
+                # Slow or busy (vLLM answers /metrics late while it decodes): keep the source, and the
+                # last load, and ask again at the next poll.
+                return
             await self._apply_load(endpoint, tracked, load)
             return
         # No source works: balance on our own in-flight counts and look again later.

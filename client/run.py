@@ -29,7 +29,7 @@ from client.run_s3 import drain, open_s3
 from client.s3sync import SyncReport
 from client.sink import ResultSink, load_done_ids, new_run_id
 from client.source import PromptSource, Shard, count_remaining
-from client.startup import check_reachable, parse_endpoints, resolve_model
+from client.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
 from client.stats import EndpointCounters, RunStats, StatsSnapshot
 from client.summary import print_summary
 from client.swarm import RetryPolicy, Swarm
@@ -94,6 +94,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     try:
         await check_reachable(endpoints, args.wait_ready)
         model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
+        await check_max_tokens(endpoints, model, settings.max_tokens)
         say(f"model {model} on {len(endpoints)} endpoint(s); thinking {'on' if settings.enable_thinking else 'off'}, "
             f"max_tokens {settings.max_tokens}, turns {args.turns}")
 

@@ -8,14 +8,17 @@ a poll that shows a queue (`waiting > 0` means the batch was full at `running`).
 
 - `test_idle_vllm_servers_look_alike_to_the_dispatcher`: the client's own Dispatcher polls both idle
   servers, ends on `/metrics`, and (having seen no queue) gives both the same depth, `--max-in-flight`.
+- `test_dispatch_follows_the_vllm_queues`: with a backlog queued at the 1-slot server, the client's poll of
+  its /metrics sees the queue, learns that it has one slot, and sends every next request to the other.
 - `test_cli_run_against_two_vllm_servers`: `python -m client.run` over both ends on `/metrics`, does every
   prompt once, and never has more than `--max-in-flight` requests at a server.
 
-What is not asserted, and why: that the 4-slot server gets clearly more of the work. On a shared 2-core
-CPU the two servers decode on every core there is, their API servers answer `/metrics` only after many
-seconds while they decode (often after the run), and a server's throughput hardly grows with its batch
-size, so neither the queue the client could learn from nor a throughput gap to follow exists here. The
-split is printed; docs/engines.md ("Balancing") has the measurements.
+What is not asserted, and why: that in a whole CLI run the 4-slot server gets clearly more of the work.
+On a shared 2-core CPU the two servers decode on every core there is, their API servers answer
+`/metrics` only after many seconds while they decode (often after the run), and a server's throughput
+hardly grows with its batch size, so neither a queue to learn from nor a throughput gap to follow
+lasts through a whole run here. The split is printed; docs/engines.md ("Balancing") has the
+measurements.
 
 The two servers are started here rather than with `vllm_server_factory`: both are spawned before either
 is waited for, so they load at once, and both are stopped when this module ends.
@@ -30,10 +33,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from client.balancer import target_depth
-from client.dispatch import DispatchClosed, Dispatcher
+from client.dispatch import DispatchClosed, Dispatcher, DispatchSettings
 from client.endpoint import Endpoint
 from client.startup import check_reachable
 from client.stats import EndpointCounters
@@ -130,6 +134,40 @@ async def test_idle_vllm_servers_look_alike_to_the_dispatcher(servers: tuple[VLL
         assert await _fill(dispatcher) == [MAX_IN_FLIGHT, MAX_IN_FLIGHT]
     finally:
         await asyncio.gather(*(e.aclose() for e in endpoints))
+
+
+async def test_dispatch_follows_the_vllm_queues(servers: tuple[VLLMServer, VLLMServer]) -> None:
+    """A queue at one server (vllm:num_requests_waiting > 0) sends the next requests to the other, and
+    teaches the client that server's slots: its running count while it had a queue."""
+    small = servers[0]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 1500,
+            "ignore_eos": True, "stream": False}
+    endpoints = _endpoints(servers)
+    async with httpx.AsyncClient(timeout=300) as load_client:
+        # The tiny model decodes ~1K tok/s even alone, and vLLM's API server answers /metrics late (often
+        # only after tens of seconds) while it decodes: the backlog must outlast a few such answers.
+        backlog = [asyncio.create_task(load_client.post(f"{small.url}/v1/chat/completions", json=body))
+                   for _ in range(60)]
+        try:
+            await check_reachable(endpoints, 0)
+            dispatcher = Dispatcher(endpoints, DispatchSettings(poll_timeout=120.0))
+            seen = []
+            deadline = time.monotonic() + 150
+            while time.monotonic() < deadline and not all(task.done() for task in backlog):
+                await dispatcher.prime()  # the client's own load poll, as at the start of a run
+                seen.append((endpoints[0].counters.server_running, endpoints[0].counters.server_waiting))
+                if endpoints[0].counters.server_waiting:
+                    break
+                await asyncio.sleep(0.2)
+            assert endpoints[0].counters.server_waiting, f"no poll caught the 1-slot server's queue: {seen}"
+            assert dispatcher.capacity(0) == SMALL, "a queue at `running` requests means that many slots"
+            taken = [await asyncio.wait_for(dispatcher.acquire(), timeout=5) for _ in range(MAX_IN_FLIGHT)]
+            assert [e.index for e in taken] == [1] * MAX_IN_FLIGHT, "every request goes where there is no queue"
+        finally:
+            for task in backlog:
+                task.cancel()
+            await asyncio.gather(*backlog, return_exceptions=True)
+            await asyncio.gather(*(e.aclose() for e in endpoints))
 
 
 # -- the whole client ------------------------------------------------------------------------------
