@@ -6,9 +6,9 @@ is the dominant error) on two servers of 16 slots; both the estimate and the ful
 About 35 s on an idle two-core machine. This is the one timed assertion of the suite, and it needs the
 machine to itself: the test's own processes use about one core, and other work running at the same
 time starves the 35 s full run far more than the half-second window in which the sample measures the
-throughput, which no estimate can foresee. So the test measures the CPU time the rest of the machine
-used meanwhile, and when that was large and the figures are off it is skipped (figures in the reason)
-rather than failed.
+throughput, which no estimate can foresee. The CPU time the rest of the machine used meanwhile is
+reported with the figures when the assertion fails, so such a failure explains itself; it is never
+skipped.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pytest
 from bench.estimate_vs_actual import compare, sim_spec
 
 TOLERANCE = 0.10
-BUSY_ELSEWHERE = 0.25  # share of the machine's CPU used by other processes that voids the comparison
 
 
 @pytest.mark.slow
@@ -29,11 +28,8 @@ def test_two_percent_sample_projects_the_full_run_within_ten_percent(tmp_path: P
     spec = sim_spec(max_running=16, speed=10.0, tokens_per_chunk=8, mean_tokens=100)
     fleet = fleet_factory([spec] * 2, seed=0)
     row = compare(tmp_path, fleet.urls, prompts=20_000, sample="2%", max_tokens=300, seed=0)
-    elsewhere = row["cpu_used_elsewhere"]
     assert row["sample"] == 400
     assert row["actual_records"] == 20_000
     assert abs(row["tokens_error"]) <= TOLERANCE, row
-    if elsewhere > BUSY_ELSEWHERE and abs(row["wall_error"]) > TOLERANCE:
-        pytest.skip(f"other processes used {elsewhere:.0%} of the machine's CPU meanwhile, which slows "
-                    f"the full run and not the sample: {row}")
-    assert abs(row["wall_error"]) <= TOLERANCE, row
+    assert abs(row["wall_error"]) <= TOLERANCE, (
+        f"{row} (other processes used {row['cpu_used_elsewhere']:.0%} of the machine's CPU meanwhile)")
