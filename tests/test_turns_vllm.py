@@ -1,12 +1,16 @@
 """`--turns all` against the real vLLM with the scripted tiny Qwen3: the regenerated tool call is answered
-by the source's spliced tool result, and the next turn is generated on that history."""
+by the source's spliced tool result, the next turn is generated on that history, and the export writes
+one training row per turn from the server's exact token ids."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from tests.conftest import read_results, run_client
 
@@ -17,7 +21,8 @@ WEATHER = {"type": "function", "function": {
 
 
 def test_spliced_tool_result_answers_the_regenerated_call(tmp_path: Path, vllm_scripted: Any,
-                                                          tiny_script: dict[str, Any]) -> None:
+                                                          tiny_script: dict[str, Any],
+                                                          tiny_model_dirs: dict[str, Path]) -> None:
     source = {"id": "trip", "tools": [WEATHER], "messages": [
         {"role": "user", "content": "What is the weather in Paris?"},
         {"role": "assistant", "content": "", "tool_calls": [
@@ -47,3 +52,17 @@ def test_spliced_tool_result_answers_the_regenerated_call(tmp_path: Path, vllm_s
     assert second["finish_reason"] == "tool_calls"
     assert second["prompt_token_ids"] and second["completion_token_ids"] == tiny_script["completion_token_ids"]
     assert len(second["prompt_token_ids"]) > len(first["prompt_token_ids"]), "turn 2 saw the longer history"
+
+    # The export writes one training row per event, from the server's exact ids.
+    parquet = tmp_path / "train.parquet"
+    exported = subprocess.run([sys.executable, "-m", "client.export", str(out), "--tokenizer",
+                               str(tiny_model_dirs["scripted"]), "--out", str(parquet)],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    table = pq.read_table(parquet).to_pylist()
+    assert sorted(row["id"] for row in table) == ["trip#1", "trip#2!"]
+    for row in table:
+        event = events[row["id"]]
+        assert row["input_ids"] == event["prompt_token_ids"] + event["completion_token_ids"]
+        assert sum(row["loss_mask"]) == len(event["completion_token_ids"])
+        assert row["seq_len"] == len(row["input_ids"])
