@@ -114,7 +114,10 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
     if scan.no_usage:
         found.append(Finding("warn", f"{scan.no_usage:,} record(s) carry no usage.completion_tokens"))
     if scan.diverged:
-        found.append(Finding("warn", f"{scan.diverged:,} record(s) are marked diverged"))
+        found.append(Finding("warn", f"{scan.diverged:,} conversation(s) ended early where the regenerated tool "
+                                     "calls diverged from the source's"))
+    if scan.conversation_events and scan.duplicate_events():
+        found.append(Finding("fail", f"{scan.duplicate_events():,} multi-turn event(s) were written more than once"))
     if report.corrupt or report.torn_tails:
         found.append(Finding("warn", f"{report.corrupt:,} unreadable line(s) and {report.torn_tails:,} torn "
                                      "segment tail(s) were skipped"))

@@ -45,7 +45,8 @@ class Scan:
     short_tokens: int
     records: int = 0
     lengths: array[int] = field(default_factory=lambda: array("i"))
-    ids: array[int] = field(default_factory=lambda: array("q"))
+    ids: array[int] = field(default_factory=lambda: array("q"))  # per prompt: a finished conversation counts once
+    event_ids: array[int] = field(default_factory=lambda: array("q"))  # --turns all: every event
     finish: Counter[str] = field(default_factory=Counter)
     stub_pattern: int = 0
     short: int = 0
@@ -64,10 +65,24 @@ class Scan:
     endpoints: dict[str, EndpointMix] = field(default_factory=dict)
     diverged_field: int = 0
     diverged: int = 0
+    conversation_events: int = 0
+
+    def duplicate_events(self) -> int:
+        """Multi-turn events written more than once (extra lines)."""
+        ordered = sorted(self.event_ids)
+        return sum(1 for a, b in itertools.pairwise(ordered) if a == b)
 
     def add(self, where: str, record: dict[str, Any]) -> None:
         self.records += 1
-        self.ids.append(id_hash(record["id"]))
+        conversation = record.get("conversation_id")
+        if isinstance(conversation, str):
+            # A multi-turn event: the conversation is one prompt, done once its final (`!`) event is written.
+            self.event_ids.append(id_hash(record["id"]))
+            self.conversation_events += 1
+            if record["id"].endswith("!"):
+                self.ids.append(id_hash(conversation))
+        else:
+            self.ids.append(id_hash(record["id"]))
         tokens = usage_int(record.get("usage"), "completion_tokens")
         if tokens is None:
             self.no_usage += 1

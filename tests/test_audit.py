@@ -137,7 +137,7 @@ def test_unreadable_lines_diverged_and_finish_reasons_are_counted(tmp_path: Path
     assert data["counts"]["diverged"] == 2 and data["counts"]["with_diverged_field"] == 10
     assert data["finish_reasons"] == {"stop": 10, "length": 1}
     assert f"{path}:12" in data["unreadable_examples"][0]
-    assert "2 record(s) are marked diverged" in messages(data)
+    assert "2 conversation(s) ended early where the regenerated tool calls diverged" in messages(data)
 
 
 def test_bad_location_and_help(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,15 @@ def test_every_turn_is_regenerated_on_the_models_own_history(tmp_path: Path, fle
     assert "diverged" not in events["par#2!"]
     assert "conversations: inputs 3 = worked on 3" in result.stderr
     assert "1 ended early" in result.stderr
+
+    audit = subprocess.run([sys.executable, "-m", "client.audit", str(out), "--prompts", str(prompts), "--json"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    report = orjson.loads(audit.stdout)
+    findings = "\n".join(f["message"] for f in report["findings"])
+    assert "1 conversation(s) ended early" in findings
+    assert "not in the prompt set" not in findings
+    assert "have no result" not in findings, "every conversation is finished, diverged or not"
+    assert report["counts"]["diverged"] == 1
 
     again = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out),
                         "--turns", "all"])
