@@ -46,7 +46,7 @@ class RoundRobin(Dispatcher):
         super().__init__(endpoints)
         self._turn = itertools.cycle(range(len(endpoints)))
 
-    async def acquire(self, avoid: int | None = None) -> Endpoint:
+    async def acquire(self, avoid: int | None = None, prefer: int | None = None) -> Endpoint:
         endpoint = self.endpoints[next(self._turn)]
         endpoint.counters.in_flight += 1
         return endpoint
