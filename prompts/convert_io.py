@@ -274,7 +274,7 @@ def run(argv: list[str] | None, parser: argparse.ArgumentParser, convert: Conver
     except OSError as e:
         print(f"{parser.prog}: cannot read {args.input}: {e.strerror or e}", file=sys.stderr)
     finally:
-        _close_output(out, out_path, publish=finished and not stopped)
+        close_output(out, out_path, publish=finished and not stopped)
     if not args.quiet and finished:
         if stopped:
             summary = f"stopped at the first bad record (record {report.read}); {out_path} not written"
@@ -301,7 +301,7 @@ def _convert_item(item: Item, convert: Converter, options: ConvertOptions, seen:
     return record
 
 
-def _close_output(out: IO[bytes], out_path: str, publish: bool) -> None:
+def close_output(out: IO[bytes], out_path: str, publish: bool) -> None:
     """Rename OUT.part to OUT only after a whole run, so a stopped or crashed run never leaves a
     truncated OUT that looks finished."""
     if out_path == "-":

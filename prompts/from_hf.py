@@ -11,12 +11,10 @@ other converters.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -33,6 +31,7 @@ from prompts.convert_io import (
     ConvertOptions,
     Item,
     Report,
+    close_output,
     convert_one,
 )
 from prompts.normalize import ConvertError
@@ -99,18 +98,6 @@ def convert(row: Row, item: Item, options: ConvertOptions) -> dict[str, Any]:
     raise ConvertError(f"the row has no messages column (columns: {describe(sorted(row))})")
 
 
-def _close(out: IO[bytes], out_path: str, publish: bool) -> None:
-    if out_path == "-":
-        out.flush()
-        return
-    out.close()
-    if publish:
-        os.replace(out_path + ".part", out_path)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(out_path + ".part")
-
-
 def run_rows(args: argparse.Namespace, prog: str, rows: Iterator[tuple[str, int, Row]],
              convert_row: RowConverter) -> int:
     """Convert rows to OUT as the JSONL converters do: validate, refuse repeated ids, report FILE:ROW."""
@@ -149,7 +136,7 @@ def run_rows(args: argparse.Namespace, prog: str, rows: Iterator[tuple[str, int,
     except TableError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
     finally:
-        _close(out, out_path, publish=finished and not stopped)
+        close_output(out, out_path, publish=finished and not stopped)
     if not finished:
         return EXIT_USAGE
     if not args.quiet:
