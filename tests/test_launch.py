@@ -1,6 +1,7 @@
 """launch/start_servers.sh and launch/stop_servers.sh for real: the sim preset starts servers on loopback,
 waits for /health, writes the endpoints and PID files; stop leaves no process behind. Also the failure
-reports, the dry run, env files and the guards. Every server listens on 127.0.0.1 only."""
+reports, the dry run, env files, SGLang's spellings of the options and the guards. Every server listens on
+127.0.0.1 only. The parsing itself is tested table by table in test_launch_settings.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,10 +42,11 @@ def free_base_port(count: int) -> int:
     raise AssertionError("no free port range on 127.0.0.1")
 
 
-def sh(script: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def sh(script: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None,
+       ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, check=False, stdin=subprocess.DEVNULL)
+                          env={**base, **(env or {})}, check=False, stdin=subprocess.DEVNULL)
 
 
 def endpoints(path: Path) -> list[str]:
@@ -187,11 +188,20 @@ def test_env_file_with_flags_on_top(tmp_path: Path, log_dir: Path) -> None:
     (["--preset", "nope"], None, "unknown preset 'nope'"),
     (["--preset", "blackwell-4x", "--gpus", "0-5"], None, "GPU 4 does not exist"),
     (["--preset", "blackwell-4x", "--bogus", "1"], None, "unknown option --bogus"),
-    (["--preset", "blackwell-4x", "--mtp", "maybe"], None, "MTP must be on or off"),
+    (["--preset", "blackwell-4x", "--mtp", "maybe"], None, "--mtp: must be on or off"),
     (["--preset", "blackwell-4x", "stray"], None, "unexpected argument 'stray'"),
     ([], "PRESET=sim\nMODLE_PATH=x\n", "node.env:2: unknown setting 'MODLE_PATH'"),
     ([], "PRESET sim\n", "node.env:1: expected KEY=VALUE"),
     ([], "PRESET='sim\n", "node.env:1: unterminated ' quote"),
+    ([], "PRESET=sim\nTP=two\n", "node.env:2: TP: must be a whole number, got 'two'"),
+    (["--preset", "sim", "--tp-size", "0"], None, "--tp-size: must be at least 1, got 0"),
+    (["--preset", "sim", "--gpus"], None, "--gpus needs a value"),
+    (["--preset", "sim", "--dry-run=yes"], None, "--dry-run takes no value"),
+    (["--preset", "b200-8x", "--modle", "x"], None, "unknown option --modle (did you mean --model?)"),
+    (["--preset", "b200-8x", "--", "--port", "8000"], None, "--port in the extra server arguments would override"),
+    (["--preset", "b200-8x", "--extra-args", "--tp-size 2"], None, "use the launcher's --tp instead"),
+    ([], "PRESET=blackwell-4x\nGPUS=0-7\n", "GPU 4 does not exist"),
+    (["--env-file", "/no/such/file.env"], None, "env file '/no/such/file.env' not found"),
 ])
 def test_bad_input_fails_with_a_clear_message(tmp_path: Path, log_dir: Path, args: list[str],
                                               content: str | None, message: str) -> None:
@@ -201,6 +211,8 @@ def test_bad_input_fails_with_a_clear_message(tmp_path: Path, log_dir: Path, arg
     result = sh(START, *args, "--log-dir", str(log_dir), "--dry-run")
     assert result.returncode == 2
     assert message in result.stderr
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert result.stdout == ""
 
 
 def test_busy_port_is_refused_before_anything_starts(log_dir: Path) -> None:
@@ -223,7 +235,7 @@ def test_stop_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
         result = sh(STOP, "--pid-file", str(pid_file), "--timeout", "1")
         assert result.returncode == 0
         assert "left alone" in result.stdout
-        time.sleep(0.2)
+        assert "stopping" not in result.stdout  # the script signals only after saying so
         assert other.poll() is None
     finally:
         other.kill()
@@ -252,3 +264,98 @@ def test_shipped_env_files_plan_cleanly(env_file: str, log_dir: Path) -> None:
     result = sh(START, "--env-file", str(REPO / "launch" / env_file), "--log-dir", str(log_dir), "--dry-run")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(" 2>&1 &\n") >= 4
+
+
+def dry_run_commands(result: subprocess.CompletedProcess[str], module: str = "sglang.launch_server") -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return [line for line in result.stdout.splitlines() if f"-m {module} " in line]
+
+
+def test_sglang_spellings_of_the_options_work(log_dir: Path) -> None:
+    """What users type from SGLang's docs: --model, --tp-size, --port, --mem-fraction-static, ..."""
+    commands = dry_run_commands(sh(START, "--preset", "b200-8x", "--model", "/models/Qwen3.6-27B", "--dry-run",
+                                   "--log-dir", str(log_dir)))
+    assert len(commands) == 8
+    assert all(" --model-path /models/Qwen3.6-27B " in c for c in commands)
+    commands = dry_run_commands(sh(START, "--preset", "b200-8x", "--model=/m", "--tp-size", "2", "--port", "31000",
+                                   "--mem-fraction-static", "0.8", "--speculative-num-steps", "2", "--dry-run",
+                                   "--log-dir", str(log_dir)))
+    assert len(commands) == 4
+    assert commands[3].startswith("CUDA_VISIBLE_DEVICES=6,7 python3 -m sglang.launch_server --model-path /m ")
+    for flag in ("--port 31003", "--tp-size 2", "--mem-fraction-static 0.8", "--speculative-num-steps 2",
+                 "--speculative-num-draft-tokens 3"):
+        assert flag in commands[3], flag
+
+
+def test_nvidia_smi_caps_the_preset(tmp_path: Path, log_dir: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6; do echo 183359; done\n")
+    smi.chmod(0o755)
+    result = sh(START, "--preset", "b200-8x", "--dry-run", "--log-dir", str(log_dir),
+                env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert len(dry_run_commands(result)) == 7
+    assert "note: nvidia-smi sees 7 GPU(s), fewer than the 8 of preset b200-8x: planning for 7" in result.stderr
+
+
+def test_the_callers_environment_does_not_leak_in(log_dir: Path) -> None:
+    result = sh(START, "--preset", "sim", "--dry-run", "--log-dir", str(log_dir),
+                env={"HOST": "10.9.9.9", "PYTHON": "/no/python", "BASE_PORT": "1", "DRY_RUN": "0"})
+    commands = dry_run_commands(result, "launch.sim")
+    assert len(commands) == 4
+    assert commands[0].startswith("python3 -m launch.sim --host 127.0.0.1 --port 30000 ")
+
+
+def test_the_planner_runs_even_when_the_server_python_is_elsewhere(log_dir: Path) -> None:
+    """--python names the servers' interpreter; a dry run on another machine still plans, with a note."""
+    result = sh(START, "--preset", "b200-8x", "--python", "/opt/sglang/bin/python", "--dry-run",
+                "--log-dir", str(log_dir))
+    commands = dry_run_commands(result)
+    assert commands[0].startswith("CUDA_VISIBLE_DEVICES=0 /opt/sglang/bin/python -m sglang.launch_server ")
+    assert "note: there is no '/opt/sglang/bin/python' here" in result.stderr
+
+
+def test_a_start_without_the_server_python_is_refused(log_dir: Path) -> None:
+    result = sh(START, "--preset", "sim", "--python", "/no/such/python", "--log-dir", str(log_dir),
+                "--base-port", str(free_base_port(4)))
+    assert result.returncode == 2
+    assert result.stderr == "error: no Python interpreter '/no/such/python'; pass --python PATH (the one with SGLang)\n"
+    assert not log_dir.exists()
+
+
+def test_help_via_the_env_file_and_flags_together(tmp_path: Path) -> None:
+    """--help wins over everything else on the line, even a bad value, and prints nothing else."""
+    result = sh(START, "--preset", "nope", "--tp", "x", "--help")
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.startswith("Usage: launch/start_servers.sh") and result.stdout.endswith("/tmp/fleet\n")
+
+
+def test_without_a_python_311_the_error_says_what_to_do(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname"):  # what the script needs before it looks for Python
+        (bin_dir / tool).symlink_to(subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
+                                                   text=True, check=True).stdout.strip())
+    result = sh(START, "--preset", "sim", "--dry-run", env={"PATH": str(bin_dir)})
+    assert result.returncode == 2
+    assert result.stderr == ("error: no Python 3.11 or newer found (the launcher's planner needs one): "
+                             "pass --python PATH\n")
+
+
+@pytest.mark.slow
+def test_env_file_and_sglang_spellings_start_a_real_fleet(tmp_path: Path, log_dir: Path) -> None:
+    env = tmp_path / "sim.env"
+    env.write_text(f"PRESET=sim\nGPUS=0-1\nEXTRA_ARGS='--speed 20'  # fast\nLOG_DIR={log_dir}\n")
+    base = free_base_port(2)
+    result = sh(START, "--env-file", str(env), "--port", str(base), "--python", sys.executable,
+                "--served-model-name", "fleet model")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(rf"started server1 \(pid \d+, simulated, port {base + 1}\), log {log_dir}/server1.log",
+                     result.stdout)
+    assert endpoints(log_dir / "endpoints.txt") == [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
+    assert b"fleet model" in get(f"http://127.0.0.1:{base + 1}/v1/models")[1]
+    pids = recorded_pids(log_dir / "servers.pid")
+    stopped = sh(STOP, "--pid-file", str(log_dir / "servers.pid"))
+    assert stopped.returncode == 0 and "stopped 2 server(s)" in stopped.stdout
+    assert leftovers(pids) == []

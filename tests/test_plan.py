@@ -130,6 +130,15 @@ def test_server_options_reach_the_command_and_extra_args_come_last() -> None:
                               "--log-level=warning")
 
 
+def test_sglang_spellings_of_the_options_are_accepted() -> None:
+    ours = plan_of("--preset", "b200-8x", "--model", "/m", "--tp-size", "2", "--data-parallel-size", "2",
+                   "--port", "31000", "--mem-fraction-static", "0.8", "--speculative-num-steps", "2")
+    canonical = plan_of("--preset", "b200-8x", "--model-path", "/m", "--tp", "2", "--dp", "2", "--base-port", "31000",
+                        "--mem-fraction", "0.8", "--mtp-steps", "2")
+    assert ours.instances == canonical.instances
+    assert flag(ours, 1, "--model-path") == "/m" and flag(ours, 1, "--port") == "31001"
+
+
 def test_wildcard_bind_advertises_a_dialable_host_and_probes_loopback() -> None:
     plan = plan_of("--preset", "blackwell-4x", "--advertise-host", "gpu-node-1")
     assert plan.instances[0].url == "http://gpu-node-1:30000"
@@ -224,6 +233,10 @@ ERRORS = [
     ("ports out of range", ["--preset", "blackwell-4x", "--base-port", "65534"], "out of range"),
     ("unbalanced quote", ["--preset", "blackwell-4x", "--extra-args", "--foo 'bar"], "cannot split"),
     ("KV wish beyond the GPU", ["--preset", "blackwell-4x", "--kv-tokens", "100000000"], "KV cache holds"),
+    ("a launcher flag in --extra-args", ["--preset", "blackwell-4x", "--extra-args", "--port 8000"],
+     "--port in the extra server arguments would override the launcher's own setting"),
+    ("an SGLang alias in --extra-arg", ["--preset", "blackwell-4x", "--extra-arg=--tensor-parallel-size=2"],
+     "use the launcher's --tp instead"),
 ]
 
 

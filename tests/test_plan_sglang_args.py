@@ -1,6 +1,7 @@
 """Every command line the launcher produces is accepted by the real parsers: SGLang 0.5.23's own
 (`ServerArgs.add_cli_args`, installed CPU-only by tests/setup/sglang.sh) for the GPU presets and the
-compose file, and launch.sim's for the sim preset. A misspelt or removed flag fails here."""
+compose file, and launch.sim's for the sim preset. A misspelt or removed flag fails here, and so does a
+launcher option whose SGLang spellings (`--model`, `--tp-size`, ...) no longer match SGLang's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import yaml
 from launch.plan import make_plan, preset_names
 from launch.plan.cli import build_parser, preset_from_args, request_from_args
 from launch.plan.layout import Plan
+from launch.plan.settings import read_settings
+from launch.plan.sglang_flags import OWNED_FLAGS
+from launch.plan.start import plan_from
 from launch.sim.__main__ import build_parser as sim_parser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,3 +120,25 @@ def test_the_simulator_accepts_the_sim_commands(variant: list[str]) -> None:
         assert inst.argv[1:3] == ("-m", "launch.sim")
         ns = parse(parser, list(inst.argv[3:]))
         assert ns.port == inst.port and ns.host == "127.0.0.1"
+
+
+def test_the_launchers_sglang_spellings_are_sglangs(sglang: Any) -> None:
+    """Each launcher option that stands for an SGLang flag takes exactly SGLang's spellings of that flag."""
+    parser, _ = sglang
+    by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
+    for owned in OWNED_FLAGS:
+        assert owned.sglang[0] in by_flag, f"SGLang has no {owned.sglang[0]} (for the launcher's {owned.option})"
+        assert set(by_flag[owned.sglang[0]].option_strings) == set(owned.sglang), owned.option
+
+
+@pytest.mark.parametrize("preset", GPU_PRESETS)
+def test_sglang_accepts_the_commands_of_start_servers_with_sglang_spellings(sglang: Any, preset: str) -> None:
+    parser, _ = sglang
+    settings = read_settings(["--preset", preset, "--model", "/models/q", "--tp-size", "2", "--port", "31000",
+                              "--mem-fraction-static", "0.8", "--speculative-algorithm", "nextn",
+                              "--speculative-num-steps", "2", "--", "--max-running-requests", "64"])
+    plan = plan_from(settings)
+    for inst in plan.instances:
+        ns = parse(parser, list(inst.argv[3:]))
+        assert (ns.model_path, ns.tp_size, ns.port) == ("/models/q", 2, inst.port)
+        assert (ns.mem_fraction_static, ns.speculative_num_steps, ns.max_running_requests) == (0.8, 2, 64)

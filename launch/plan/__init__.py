@@ -2,7 +2,9 @@
 
 Modules: `model` (architecture numbers and their byte counts), `presets` (node types from
 launch/presets/*.toml), `memory` (per-GPU arithmetic behind `--explain`), `layout` (the choice and the
-command lines), `render` and `compose` (text forms), `cli` (`python -m launch.plan`).
+command lines), `render` and `compose` (text forms), `cli` (`python -m launch.plan`), `sglang_flags`
+(SGLang's spellings of the options). For launch/start_servers.sh: `settings` and `envfile` (its options
+and env files) and `start` (`python -m launch.plan.start`, the plan as shell variables for the script).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Command line of the planner: `python -m launch.plan --preset NAME [options]`.
 
 Owns argument parsing and turning arguments into a PlanRequest; the planning itself is `layout.make_plan`.
-start_servers.sh calls this with `--format bash` and evaluates the result.
+SGLang's own spellings of the options it shares with SGLang work too (`--model`, `--tp-size`, `--port`).
+start_servers.sh reads its settings with `launch.plan.settings` and plans through `request_from_args` here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from launch.plan.compose import render_compose
 from launch.plan.errors import PlanError
@@ -25,6 +27,7 @@ from launch.plan.layout import (
 from launch.plan.model import KV_BYTES, default_model
 from launch.plan.presets import Preset, load_preset, preset_names
 from launch.plan.render import render_bash, render_commands, render_endpoints, render_explain, render_json, render_text
+from launch.plan.sglang_flags import check_server_args, sglang_aliases
 
 _DESCRIPTION = """\
 Plan a fleet of SGLang servers for one GPU node: choose TP and DP (one replica per GPU wherever the
@@ -42,11 +45,21 @@ examples:
 presets: {presets}  (launch/presets/NAME.toml; add a file to add a node type)"""
 
 
+class _Group:
+    """An argument group that also accepts SGLang's spellings of an option (see sglang_flags)."""
+
+    def __init__(self, group: argparse._ArgumentGroup) -> None:
+        self._group = group
+
+    def add_argument(self, option: str, **kwargs: Any) -> None:
+        self._group.add_argument(option, *sglang_aliases(option), **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m launch.plan", description=_DESCRIPTION,
                                 epilog=_EPILOG.format(presets=", ".join(preset_names())),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("hardware")
+    g = _Group(p.add_argument_group("hardware"))
     g.add_argument("--preset", help="node type, a file in launch/presets/ (see below)")
     g.add_argument("--num-gpus", type=int, help="GPUs on the node (default: the preset's)")
     g.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (default: the preset's)")
@@ -56,13 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--detected-gpu-memory-mib", type=int, metavar="MIB",
                    help="memory.total nvidia-smi reports for the smallest GPU; caps the preset's")
 
-    g = p.add_argument_group("model")
+    g = _Group(p.add_argument_group("model"))
     g.add_argument("--model-path", help="HF repo id or local path (default: Qwen/Qwen3.6-27B, -FP8 for fp8)")
     g.add_argument("--served-model-name", help="name clients send as `model` (default: Qwen/Qwen3.6-27B)")
     g.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16", help="weight type (default: bf16)")
     g.add_argument("--params-b", type=float, help="parameters in billions (default: 27.8, as shipped)")
 
-    g = p.add_argument_group("layout and memory")
+    g = _Group(p.add_argument_group("layout and memory"))
     g.add_argument("--tp", type=int, help="tensor-parallel GPUs per replica (default: smallest that fits)")
     g.add_argument("--dp", type=int, default=1,
                    help="replicas inside one server (SGLang --dp-size); 1 = one server per replica (default)")
@@ -73,15 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kv-cache-dtype", choices=sorted(KV_BYTES), default="auto",
                    help="SGLang --kv-cache-dtype (default: auto = the model's dtype)")
 
-    g = p.add_argument_group("MTP (multi-token prediction, speculative decoding with the model's own head)")
+    g = _Group(p.add_argument_group("MTP (multi-token prediction, speculative decoding with the model's own head)"))
     g.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=True, help="(default: on)")
-    g.add_argument("--mtp-algorithm", choices=SPECULATIVE_ALGORITHMS, help="(default: the preset's, EAGLE)")
+    g.add_argument("--mtp-algorithm", type=str.upper, choices=SPECULATIVE_ALGORITHMS,
+                   help="(default: the preset's, EAGLE)")
     g.add_argument("--mtp-steps", type=int, default=3, help="--speculative-num-steps (default: 3)")
     g.add_argument("--mtp-topk", type=int, default=1, help="--speculative-eagle-topk (default: 1)")
     g.add_argument("--mtp-draft-tokens", type=int,
                    help="--speculative-num-draft-tokens (default: steps + 1)")
 
-    g = p.add_argument_group("servers")
+    g = _Group(p.add_argument_group("servers"))
     g.add_argument("--host", help="bind address (default: 0.0.0.0; 127.0.0.1 for the sim preset)")
     g.add_argument("--advertise-host", help="host written to the endpoints (default: this machine's name "
                                             "when binding 0.0.0.0)")
@@ -93,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one more server argument, kept verbatim (repeatable)")
     g.add_argument("--python", default="python3", help="interpreter in the commands (default: python3)")
 
-    g = p.add_argument_group("output")
+    g = _Group(p.add_argument_group("output"))
     g.add_argument("--format", choices=["text", "json", "bash", "commands", "endpoints"], default="text",
                    help="text: summary (default); commands: one shell line per server; endpoints: the "
                         "endpoints file; bash: variables for start_servers.sh; json")
@@ -129,6 +143,7 @@ def request_from_args(args: argparse.Namespace, preset: Preset) -> PlanRequest:
         extra = tuple(shlex.split(args.extra_args)) + tuple(args.extra_arg)
     except ValueError as exc:
         raise PlanError(f"cannot split --extra-args {args.extra_args!r}: {exc}") from exc
+    check_server_args(extra)
     mtp = MtpSettings(enabled=args.mtp, algorithm=args.mtp_algorithm or preset.speculative_algorithm,
                       steps=args.mtp_steps, topk=args.mtp_topk, draft_tokens=args.mtp_draft_tokens)
     return PlanRequest(

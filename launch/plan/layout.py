@@ -18,6 +18,8 @@ from launch.plan.presets import Preset
 
 SPECULATIVE_ALGORITHMS = ("EAGLE", "NEXTN")
 DEFAULT_KV_TOKENS = 65_536
+# Above 0.95 SGLang runs out of memory for activations and CUDA graphs; below 0.3 little is left for cache.
+MEM_FRACTION_RANGE = (0.3, 0.95)
 
 
 @dataclass(frozen=True)
@@ -205,9 +207,10 @@ def make_plan(req: PlanRequest) -> Plan:
     if gpu_gib <= 0:
         raise PlanError(f"GPU memory must be positive, got {gpu_gib:g} GiB")
     frac = req.mem_fraction if req.mem_fraction is not None else preset.mem_fraction_static
-    if not 0.3 <= frac <= 0.95:
-        raise PlanError(f"--mem-fraction must be in [0.3, 0.95], got {frac:g}: above that SGLang runs out "
-                        f"of memory for activations and CUDA graphs")
+    low, high = MEM_FRACTION_RANGE
+    if not low <= frac <= high:
+        raise PlanError(f"--mem-fraction must be in [{low:g}, {high:g}], got {frac:g}: above that SGLang runs "
+                        f"out of memory for activations and CUDA graphs")
     if req.dp < 1:
         raise PlanError(f"--dp must be at least 1, got {req.dp}")
     if req.kv_tokens < 1:
