@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.report import emit
-from client.dispatch import Dispatcher, DispatchSettings
-from client.endpoint import Endpoint
-from client.request import SamplingSettings
-from client.sink import ResultSink, load_done_ids
-from client.source import PromptSource
-from client.startup import check_reachable
-from client.stats import EndpointCounters, RunStats
-from client.swarm import Swarm
+from client.core.payload import SamplingSettings
+from client.core.stats import EndpointCounters, RunStats
+from client.fleet.dispatcher import Dispatcher, DispatchSettings
+from client.fleet.startup import check_reachable
+from client.local.sink import ResultSink, load_done_ids
+from client.local.source import PromptSource
+from client.run.swarm import Swarm
+from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimFleet, SimServerSpec
 from tests.conftest import make_prompts, read_results
 

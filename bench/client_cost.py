@@ -28,11 +28,11 @@ import openai
 import orjson
 
 from bench.report import emit
-from client.endpoint import Endpoint
-from client.loop import event_loop_factory
-from client.records import Prompt
-from client.request import SamplingSettings, build_payload
-from client.stats import EndpointCounters
+from client.core.loop import event_loop_factory
+from client.core.payload import SamplingSettings, build_payload
+from client.core.records import Prompt
+from client.core.stats import EndpointCounters
+from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimFleet, SimServerSpec
 
 MODEL = "Qwen/Qwen3.6-27B"

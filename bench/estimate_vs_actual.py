@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
-from client.results_io import iter_records  # noqa: E402
+from client.results.reader import iter_records  # noqa: E402
 from launch.sim.fleet import SimFleet, SimServerSpec  # noqa: E402
 
 SOURCES = ("chat", "code", "tools", "multiturn")

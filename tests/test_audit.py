@@ -159,7 +159,7 @@ def test_bad_location_and_help(tmp_path: Path) -> None:
     ("", "OK, here is the full answer.", False, False),
 ])
 def test_stub_pattern(reasoning: str, content: str, calls: bool, expected: bool) -> None:
-    from client.audit_rules import is_stub
+    from client.results.rules import is_stub
 
     assert is_stub(reasoning, content, calls) is expected
 
@@ -180,7 +180,7 @@ def test_stub_pattern(reasoning: str, content: str, calls: bool, expected: bool)
     ({"x": 1}, {"type": "object", "properties": {"x": {"type": "mystery"}}}, None),
 ])
 def test_schema_check(value: object, schema: object, problem: str | None) -> None:
-    from client.audit_rules import schema_problem
+    from client.results.rules import schema_problem
 
     found = schema_problem(value, schema)
     if problem is None:

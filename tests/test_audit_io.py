@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from client.audit_png import histogram_png, log2_bins, short_count
-from client.errors import ConfigError
-from client.results_io import ReadReport, iter_records, segment_files
+from client.audit.png import histogram_png, log2_bins, short_count
+from client.core.errors import ConfigError
+from client.results.reader import ReadReport, iter_records, segment_files
 from tests.results_fixture import result, write_segment
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.balancer import EndpointLoad, estimated_load, pick_endpoint, target_depth
-from client.loads import LoadFormatError, ServerLoad, parse_get_load, parse_metrics, parse_v1_loads
+from client.fleet.balancer import EndpointLoad, estimated_load, pick_endpoint, target_depth
+from client.wire.loads import LoadFormatError, ServerLoad, parse_get_load, parse_metrics, parse_v1_loads
 
 
 def load(in_flight: int, capacity: int = 4, available: bool = True, server: int | None = None,

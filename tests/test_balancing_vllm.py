@@ -36,11 +36,11 @@ from typing import Any
 import httpx
 import pytest
 
-from client.balancer import target_depth
-from client.dispatch import DispatchClosed, Dispatcher, DispatchSettings
-from client.endpoint import Endpoint
-from client.startup import check_reachable
-from client.stats import EndpointCounters
+from client.core.stats import EndpointCounters
+from client.fleet.balancer import target_depth
+from client.fleet.dispatcher import DispatchClosed, Dispatcher, DispatchSettings
+from client.fleet.startup import check_reachable
+from client.wire.endpoint import Endpoint
 from tests.conftest import make_prompts, read_failures, read_results, run_client
 from tests.engines.conftest_vllm import LOG_DIR
 from tests.engines.tiny_models import MODEL_NAMES

@@ -22,10 +22,10 @@ import httpx
 import orjson
 import pytest
 
-from client.endpoint import Endpoint
-from client.errors import ConfigError
-from client.startup import check_max_tokens
-from client.stats import EndpointCounters
+from client.core.errors import ConfigError
+from client.core.stats import EndpointCounters
+from client.fleet.startup import check_max_tokens
+from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import read_failures, read_results, run_client
 from tests.engines.vllm_server import VLLMServer

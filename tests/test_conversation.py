@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from client.conversation import (
+from client.core.records import Completion, ToolCall
+from client.run.conversation import (
     Conversation,
     EventKey,
     divergence,
@@ -16,7 +17,6 @@ from client.conversation import (
     splice_tool_results,
     turn_positions,
 )
-from client.records import Completion, ToolCall
 
 
 def done(content: str = "", calls: tuple[tuple[str, str], ...] = (), reasoning: str = "r") -> Completion:

@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from client.estimate_model import interval, makespan, quantile, sustained_throughput, tail_seconds
-from client.estimate_project import default_caps, default_gpus
-from client.estimate_sample import allocate
+from client.estimate.model import interval, makespan, quantile, sustained_throughput, tail_seconds
+from client.estimate.project import default_caps, default_gpus
+from client.estimate.sample import allocate
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO
 from tests.results_fixture import result, write_segment
@@ -222,7 +222,7 @@ def test_options_are_checked(tmp_path: Path) -> None:
 
 
 def test_strata_fall_back_to_the_file_name_and_draws_repeat(tmp_path: Path) -> None:
-    from client.estimate_sample import census, draw
+    from client.estimate.sample import census, draw
 
     first = prompt_file(tmp_path / "a.jsonl", [f"chat-{i}" for i in range(50)])
     second = tmp_path / "b.jsonl"

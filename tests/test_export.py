@@ -161,7 +161,7 @@ def test_bad_tokenizer_and_missing_template(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("index", range(4))
 def test_render_record_matches_server_text(index: int) -> None:
-    from client.export_render import ChatTokenizer, render_record
+    from client.export.render import ChatTokenizer, render_record
 
     record = cases()[index]
     tokens = render_record(without_ids(record), ChatTokenizer.load(tiny_tokenizer_dir()))

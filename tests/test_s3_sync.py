@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
-from client.errors import ConfigError
-from client.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, manifest_key, multipart_etag
-from client.s3resume import fetch_ids, start
-from client.s3store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
-from client.s3sync import BodyReader, ManifestConflict, PendingSegment, SegmentUploader, format_age
-from client.sink import ClosedSegment, ResultSink
-from client.source import Shard
-from client.status import shard_of
+from client.core.errors import ConfigError
+from client.local.sink import ClosedSegment, ResultSink
+from client.local.source import Shard
+from client.s3.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, manifest_key, multipart_etag
+from client.s3.resume import fetch_ids, start
+from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
+from client.s3.uploader import BodyReader, ManifestConflict, PendingSegment, SegmentUploader, format_age
+from client.status.main import shard_of
 from tests.s3_server import BUCKET, FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
 
 pytestmark = pytest.mark.s3

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from client.errors import ConfigError, SinkError
-from client.sink import ClosedSegment, ResultSink, load_done_ids, repair_torn_tail
+from client.core.errors import ConfigError, SinkError
+from client.local.sink import ClosedSegment, ResultSink, load_done_ids, repair_torn_tail
 
 
 def record(i: int) -> Any:

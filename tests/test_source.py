@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from client.errors import InputError
-from client.source import PromptSource, Shard, count_remaining, leading_id
+from client.core.errors import InputError
+from client.local.source import PromptSource, Shard, count_remaining, leading_id
 
 GOOD = {"id": "a", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from client.errors import StreamDropped, StreamErrorEvent
-from client.stream import StreamParser
+from client.core.errors import StreamDropped, StreamErrorEvent
+from client.wire.sse import StreamParser
 
 
 def event(obj: dict[str, Any]) -> bytes:

@@ -1,7 +1,7 @@
 """The client's SSE parser over raw streams recorded from a real vLLM 0.32 (tests/fixtures/streams/vllm/).
 
 Each `NAME.sse` holds the body bytes exactly as the server sent them; `NAME.json` next to it holds the
-request and the outcome a client must arrive at. Every recording is fed to `client.stream.StreamParser`
+request and the outcome a client must arrive at. Every recording is fed to `client.wire.sse.StreamParser`
 whole and cut into pieces at awkward places (every byte, 7-byte pieces, between the two newlines of each
 event separator, inside multi-byte UTF-8 characters), and the parsed completion must equal the sidecar
 exactly: reasoning, content, tool calls (id, name, arguments), finish_reason, usage and token ids.
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from client.errors import StreamDropped
-from client.records import Completion
-from client.stream import StreamParser
+from client.core.errors import StreamDropped
+from client.core.records import Completion
+from client.wire.sse import StreamParser
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams" / "vllm"
 RECORDED = sorted(path.stem for path in FIXTURES.glob("*.sse"))

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from client.errors import ConnectFailed, StreamDropped, StreamStalled
-from client.transport import StreamingTransport, _Connection
+from client.core.errors import ConnectFailed, StreamDropped, StreamStalled
+from client.wire.transport import StreamingTransport, _Connection
 
 
 class FakeTransport:

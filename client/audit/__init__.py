@@ -1,0 +1,1 @@
+"""`python -m client.audit`: is this data real? Reads a run's results, reports, and gives a verdict."""

@@ -1,0 +1,250 @@
+"""The audit's streaming pass: one small update per result record, then a frozen summary.
+
+Memory stays flat in the number of records: lengths go into an `array('i')` and ids into an
+`array('q')` of 64-bit hashes; the exactly-once check sorts and merges the hashes of the results and of
+the prompt set, and only when something is wrong does a second, id-only pass name a few examples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from client.core.errors import ConfigError
+from client.local.source import leading_id
+from client.results.reader import ReadReport, iter_lines, iter_records
+from client.results.rules import is_stub, token_parts, tool_call_problem, tool_schemas, usage_int
+
+EXAMPLES = 5
+
+
+def id_hash(prompt_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(prompt_id.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+@dataclass
+class EndpointMix:
+    records: int = 0
+    tokens: int = 0
+    stubs: int = 0
+    truncated: int = 0
+
+
+@dataclass
+class Scan:
+    """Mutable counters of one pass over the results."""
+
+    short_tokens: int
+    records: int = 0
+    lengths: array[int] = field(default_factory=lambda: array("i"))
+    ids: array[int] = field(default_factory=lambda: array("q"))  # per prompt: a finished conversation counts once
+    event_ids: array[int] = field(default_factory=lambda: array("q"))  # --turns all: every event
+    finish: Counter[str] = field(default_factory=Counter)
+    stub_pattern: int = 0
+    short: int = 0
+    thinking_on: int = 0
+    empty_reasoning: int = 0
+    no_usage: int = 0
+    reasoning_tokens: int = 0
+    content_tokens: float = 0.0
+    tool_tokens: float = 0.0
+    records_with_calls: int = 0
+    tool_calls: int = 0
+    bad_calls: Counter[str] = field(default_factory=Counter)
+    bad_call_examples: list[str] = field(default_factory=list)
+    stub_examples: list[str] = field(default_factory=list)
+    models: Counter[str] = field(default_factory=Counter)
+    endpoints: dict[str, EndpointMix] = field(default_factory=dict)
+    diverged_field: int = 0
+    diverged: int = 0
+    conversation_events: int = 0
+
+    def duplicate_events(self) -> int:
+        """Multi-turn events written more than once (extra lines)."""
+        ordered = sorted(self.event_ids)
+        return sum(1 for a, b in itertools.pairwise(ordered) if a == b)
+
+    def add(self, where: str, record: dict[str, Any]) -> None:
+        self.records += 1
+        conversation = record.get("conversation_id")
+        if isinstance(conversation, str):
+            # A multi-turn event: the conversation is one prompt, done once its final (`!`) event is written.
+            self.event_ids.append(id_hash(record["id"]))
+            self.conversation_events += 1
+            if record["id"].endswith("!"):
+                self.ids.append(id_hash(conversation))
+        else:
+            self.ids.append(id_hash(record["id"]))
+        tokens = usage_int(record.get("usage"), "completion_tokens")
+        if tokens is None:
+            self.no_usage += 1
+            tokens = 0
+        self.lengths.append(tokens)
+        finish = record.get("finish_reason")
+        finish_name = finish if isinstance(finish, str) else "none"
+        self.finish[finish_name] += 1
+        reasoning = record.get("reasoning") or ""
+        content = record.get("content") or ""
+        calls = record.get("tool_calls") or []
+        stub = is_stub(reasoning, content, bool(calls))
+        short = not calls and tokens < self.short_tokens
+        self.stub_pattern += stub
+        self.short += short
+        if (stub or short) and len(self.stub_examples) < EXAMPLES:
+            self.stub_examples.append(f"{where}: {record['id']}: {tokens} token(s), content {content[:40]!r}")
+        sampling = record.get("sampling")
+        if isinstance(sampling, dict) and sampling.get("enable_thinking") is True:
+            self.thinking_on += 1
+            self.empty_reasoning += not reasoning.strip()
+        parts = token_parts(record)
+        self.reasoning_tokens += parts[0]
+        self.content_tokens += parts[1]
+        self.tool_tokens += parts[2]
+        if calls:
+            self._check_calls(where, record, calls)
+        model = record.get("model")
+        self.models[model if isinstance(model, str) else "(none)"] += 1
+        endpoint = str(record.get("endpoint") or "(none)")
+        mix = self.endpoints.get(endpoint)
+        if mix is None:
+            mix = self.endpoints[endpoint] = EndpointMix()
+        mix.records += 1
+        mix.tokens += tokens
+        mix.stubs += stub or short
+        mix.truncated += finish_name == "length"
+        if "diverged" in record:
+            self.diverged_field += 1
+            self.diverged += bool(record["diverged"])
+
+    def _check_calls(self, where: str, record: dict[str, Any], calls: list[Any]) -> None:
+        self.records_with_calls += 1
+        schemas = tool_schemas(record.get("tools"))
+        for call in calls:
+            self.tool_calls += 1
+            problem = tool_call_problem(call, schemas)
+            if problem is not None:
+                self.bad_calls[problem[0]] += 1
+                if len(self.bad_call_examples) < EXAMPLES:
+                    self.bad_call_examples.append(f"{where}: {record['id']}: {problem[1]}")
+
+
+@dataclass(frozen=True, slots=True)
+class IdCheck:
+    """Exactly-once against the prompt set; counts of distinct ids, with a few named examples."""
+
+    prompts: int
+    prompt_duplicates: int
+    missing: int
+    duplicated: int
+    duplicate_lines: int
+    unknown: int
+    examples: dict[str, list[str]]
+
+
+def scan_results(location: str, short_tokens: int, s3_endpoint_url: str | None = None) -> tuple[Scan, ReadReport]:
+    scan = Scan(short_tokens=short_tokens)
+    report = ReadReport()
+    for item, record in iter_records(location, report, s3_endpoint_url=s3_endpoint_url):
+        scan.add(f"{item.where}:{item.line}", record)
+    return scan, report
+
+
+def _prompt_ids(paths: Iterable[Path]) -> Iterator[tuple[str, str]]:
+    """(id, FILE:LINE) of every record of the prompt files that has an id."""
+    for path in paths:
+        try:
+            handle = path.open("rb")
+        except OSError as exc:
+            raise ConfigError(f"--prompts {path}: cannot read: {exc.strerror or exc}") from exc
+        with handle:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
+                    continue
+                prompt_id = leading_id(raw)
+                if prompt_id is None:
+                    try:
+                        obj = orjson.loads(raw)
+                    except orjson.JSONDecodeError:
+                        continue
+                    value = obj.get("id") if isinstance(obj, dict) else None
+                    if not isinstance(value, str):
+                        continue
+                    prompt_id = value
+                yield prompt_id, f"{path}:{number}"
+
+
+def _result_ids(location: str, s3_endpoint_url: str | None) -> Iterator[tuple[str, str]]:
+    for item in iter_lines(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
+        prompt_id = leading_id(item.raw)
+        if prompt_id is None:
+            try:
+                obj = orjson.loads(item.raw)
+            except orjson.JSONDecodeError:
+                continue
+            prompt_id = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
+            if prompt_id is None:
+                continue
+        yield prompt_id, f"{item.where}:{item.line}"
+
+
+def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
+              s3_endpoint_url: str | None = None) -> IdCheck:
+    prompt_hashes = array("q", (id_hash(i) for i, _ in _prompt_ids(prompt_paths)))
+    prompts = sorted(prompt_hashes)
+    results = sorted(result_ids)
+    del prompt_hashes
+    prompt_duplicates = sum(1 for a, b in itertools.pairwise(prompts) if a == b)
+    missing: list[int] = []
+    unknown: list[int] = []
+    duplicated: list[int] = []
+    duplicate_lines = 0
+    i = j = 0
+    while i < len(prompts) or j < len(results):
+        if j >= len(results) or (i < len(prompts) and prompts[i] < results[j]):
+            missing.append(prompts[i])
+            value = prompts[i]
+            while i < len(prompts) and prompts[i] == value:
+                i += 1
+            continue
+        value = results[j]
+        count = 0
+        while j < len(results) and results[j] == value:
+            j += 1
+            count += 1
+        if count > 1:
+            duplicated.append(value)
+            duplicate_lines += count - 1
+        if i < len(prompts) and prompts[i] == value:
+            while i < len(prompts) and prompts[i] == value:
+                i += 1
+        else:
+            unknown.append(value)
+    examples: dict[str, list[str]] = {}
+    if missing:
+        examples.update(_name(_prompt_ids(prompt_paths), {"missing": set(missing[:EXAMPLES])}))
+    if duplicated or unknown:
+        examples.update(_name(_result_ids(location, s3_endpoint_url), {"duplicated": set(duplicated[:EXAMPLES]),
+                                                      "unknown": set(unknown[:EXAMPLES])}))
+    return IdCheck(len(prompts) - prompt_duplicates, prompt_duplicates, len(missing), len(duplicated),
+                   duplicate_lines, len(unknown), {k: v for k, v in examples.items() if v})
+
+
+def _name(pairs: Iterator[tuple[str, str]], wanted: dict[str, set[int]]) -> dict[str, list[str]]:
+    """Up to EXAMPLES `id (FILE:LINE)` strings per kind, for the hashes each kind wants."""
+    found: dict[str, list[str]] = {kind: [] for kind, hashes in wanted.items() if hashes}
+    for prompt_id, where in pairs:
+        value = id_hash(prompt_id)
+        for kind, names in found.items():
+            if value in wanted[kind] and len(names) < EXAMPLES:
+                names.append(f"{prompt_id} ({where})")
+        if all(len(names) >= EXAMPLES for names in found.values()):
+            break
+    return found

@@ -1,0 +1,106 @@
+"""Result records -> the measurements a projection needs: lengths per stratum and decode spans.
+
+Lengths are `usage.completion_tokens`, split into reasoning, content and tool-call tokens as the audit
+does. A decode span runs from the first token to the end of a request; it is rebuilt from the record's
+`created` (written when the completion was whole) and its timings: first token = created - total_s +
+queued_s + ttft_s. A retried request's timings mix its attempts, so its span is instead its tokens at
+the median pace of the others, ending at `created`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from array import array
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.results.reader import ReadReport, iter_records
+from client.results.rules import token_parts, usage_int
+
+
+@dataclass
+class StratumSample:
+    lengths: array[int] = field(default_factory=lambda: array("i"))
+    reasoning: float = 0.0
+    content: float = 0.0
+    tools: float = 0.0
+    prompt: float = 0.0
+    truncated: int = 0
+
+
+@dataclass
+class Measurements:
+    strata: dict[str, StratumSample] = field(default_factory=dict)
+    starts: array[float] = field(default_factory=lambda: array("d"))
+    ends: array[float] = field(default_factory=lambda: array("d"))
+    tokens: array[int] = field(default_factory=lambda: array("i"))
+    endpoints: set[str] = field(default_factory=set)
+    models: Counter[str] = field(default_factory=Counter)
+    max_tokens: Counter[int] = field(default_factory=Counter)
+    thinking: Counter[bool] = field(default_factory=Counter)
+    records: int = 0
+    outside_set: int = 0
+    _retried: list[tuple[float, int]] = field(default_factory=list)
+
+    def add(self, record: dict[str, Any], stratum: str | None) -> None:
+        if stratum is None:
+            self.outside_set += 1
+            return
+        self.records += 1
+        sample = self.strata.get(stratum)
+        if sample is None:
+            sample = self.strata[stratum] = StratumSample()
+        usage = record.get("usage")
+        length = usage_int(usage, "completion_tokens") or 0
+        sample.lengths.append(length)
+        reasoning, content, tools = token_parts(record)
+        sample.reasoning += reasoning
+        sample.content += content
+        sample.tools += tools
+        sample.prompt += usage_int(usage, "prompt_tokens") or 0
+        sample.truncated += record.get("finish_reason") == "length"
+        self.endpoints.add(str(record.get("endpoint")))
+        self.models[str(record.get("model"))] += 1
+        sampling = record.get("sampling")
+        if isinstance(sampling, dict):
+            if isinstance(sampling.get("max_tokens"), int):
+                self.max_tokens[sampling["max_tokens"]] += 1
+            self.thinking[sampling.get("enable_thinking") is not False] += 1
+        self._span(record, length)
+
+    def _span(self, record: dict[str, Any], length: int) -> None:
+        created = record.get("created")
+        timings = record.get("timings")
+        if not isinstance(created, int | float) or not isinstance(timings, dict):
+            return
+        total, queued, ttft = timings.get("total_s"), timings.get("queued_s"), timings.get("ttft_s")
+        if record.get("attempts", 1) != 1 or not isinstance(total, int | float):
+            self._retried.append((float(created), length))
+            return
+        start = created - total + (queued or 0.0) + (ttft or 0.0)
+        self.starts.append(min(start, created))
+        self.ends.append(float(created))
+        self.tokens.append(length)
+
+    def close_spans(self) -> None:
+        """Give retried requests a span at the median pace of the clean ones."""
+        paces = [n / (e - s) for s, e, n in zip(self.starts, self.ends, self.tokens, strict=True) if e > s and n]
+        pace = statistics.median(paces) if paces else 0.0
+        for created, length in self._retried:
+            self.starts.append(created - length / pace if pace > 0 else created)
+            self.ends.append(created)
+            self.tokens.append(length)
+        self._retried.clear()
+
+
+def measure(location: str, stratum_for: Callable[[dict[str, Any]], str | None],
+            s3_endpoint_url: str | None = None) -> tuple[Measurements, ReadReport]:
+    """Read every result of `location`; `stratum_for` names a record's stratum (None: not in the set)."""
+    found = Measurements()
+    report = ReadReport()
+    for _, record in iter_records(location, report, s3_endpoint_url=s3_endpoint_url):
+        found.add(record, stratum_for(record))
+    found.close_spans()
+    return found, report

@@ -1,0 +1,106 @@
+"""The estimate as a person reads it: rich tables of the sample, the throughput, the projection and
+the what-ifs. Reads plain data only (the `info` dict and the frozen Projection)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from client.estimate.model import Interval
+from client.estimate.project import Projection
+from client.run.console import format_duration
+
+
+def tokens(value: float) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2f}{unit}"
+    return f"{value:.0f}"
+
+
+def duration(seconds: float) -> str:
+    """Seconds with a decimal under a minute (calibration runs are short), else as the console shows."""
+    return f"{seconds:.1f}s" if seconds < 60 else format_duration(seconds)
+
+
+def _span(value: Interval, show: Any) -> str:
+    return f"{show(value.point)}  [{show(value.low)} .. {show(value.high)}]"
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def _optional(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def render(info: dict[str, Any], projection: Projection | None, console: Console) -> None:
+    mode = info.get("mode")
+    head = f"{info['prompts']:,} prompts in {len(info['strata'])} strata; {info['measured']:,} results measured"
+    if mode == "calibration":
+        head += (f" from a calibration sample of {info['sample_size']:,} ({info['failed']} failed) in "
+                 f"{duration(info['elapsed_s'])}; results in {info['out']}")
+    else:
+        head += f" from {info['results']}"
+    console.print(head)
+    models = ", ".join(info["models"]) or "?"
+    console.print(f"model {models}; thinking {'on' if info['thinking'] else 'off'}; "
+                  f"{len(info['endpoints'])} endpoint(s)")
+    if info.get("outside_set"):
+        console.print(f"[yellow]{info['outside_set']:,} result(s) have ids that are not in --prompts; "
+                      "they are not used[/yellow]")
+    if info["invalid_prompts"] or info["duplicate_prompts"]:
+        console.print(f"[yellow]{info['invalid_prompts']:,} invalid and {info['duplicate_prompts']:,} duplicate "
+                      "prompt record(s) are not counted (client.run would skip them too)[/yellow]")
+    sample = Table(title="Output length per stratum (completion tokens)", title_justify="left")
+    for column in ("stratum", "prompts", "measured", "mean", "p50", "p90", "max", "truncated",
+                   "reasoning", "content", "tool calls"):
+        sample.add_column(column, justify="left" if column == "stratum" else "right")
+    for row in info["sample"]:
+        sample.add_row(row["stratum"], f"{row['prompts']:,}", f"{row['measured']:,}", _optional(row["mean"]),
+                       _optional(row["p50"]), _optional(row["p90"]), _optional(row["max"]),
+                       _optional(row["truncated_share"], "{:.1%}"), _optional(row["reasoning_mean"]),
+                       _optional(row["content_mean"]), _optional(row["tool_mean"]))
+    console.print(sample)
+    if projection is None:
+        return
+    rate = projection.throughput
+    plan = info["plan"]
+    console.print(f"sustained throughput {rate.tokens_per_s:,.0f} output tok/s, measured over {rate.window_s:.1f}s "
+                  f"of {rate.span_s:.1f}s while the fleet was saturated: {rate.concurrency:.1f} requests decoding "
+                  f"on average, {rate.per_slot:,.1f} tok/s each")
+    gpus = f"{plan['gpus']} GPU(s)" + (" (assumed one per endpoint; pass --gpus)" if plan["gpus_assumed"] else "")
+    table = Table(title=f"Projection on {gpus}, max_tokens {plan['max_tokens']} (90% intervals)",
+                  title_justify="left")
+    for column in ("target", "prompts", "output tokens", "wall time", "GPU-hours", "reasoning / content / tools",
+                   "prompt tokens"):
+        table.add_column(column, justify="left" if column == "target" else "right")
+    for target in projection.targets:
+        if target.prompts == 0:
+            continue
+        table.add_row(target.label, f"{target.prompts:,}", _span(target.output_tokens, tokens),
+                      _span(target.wall_s, duration), _span(target.gpu_hours, _hours),
+                      f"{tokens(target.reasoning_tokens)} / {tokens(target.content_tokens)} / "
+                      f"{tokens(target.tool_tokens)}", tokens(target.prompt_tokens))
+    console.print(table)
+    caps = Table(title="What if max_tokens were ...", title_justify="left")
+    for column in ("max_tokens", "output tokens", "saved", "truncated", "wall time", "GPU-hours"):
+        caps.add_column(column, justify="right")
+    for row in projection.caps:
+        mark = "≥ " if row.beyond_sample else ""
+        caps.add_row(f"{row.max_tokens:,}", mark + tokens(row.output_tokens),
+                     "?" if row.beyond_sample else f"{row.saved_share:.1%}",
+                     ("≤ " if row.beyond_sample else "") + f"{row.truncated_share:.1%}",
+                     mark + duration(row.wall_s), mark + _hours(row.gpu_hours))
+    console.print(caps)
+    fleet = Table(title="What if the fleet had ... GPUs", title_justify="left")
+    for column in ("GPUs", "wall time", "GPU-hours"):
+        fleet.add_column(column, justify="right")
+    for gpu_row in projection.gpu_rows:
+        fleet.add_row(str(gpu_row.gpus), duration(gpu_row.wall_s), _hours(gpu_row.gpu_hours))
+    console.print(fleet)
+    for warning in projection.warnings:
+        console.print(f"[yellow]note:[/yellow] {warning}")

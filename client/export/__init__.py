@@ -1,0 +1,1 @@
+"""`python -m client.export`: results -> the tokenized training set the drafter pipeline reads."""

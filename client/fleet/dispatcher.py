@@ -1,0 +1,226 @@
+"""Endpoint slots and rotation: the mutable side of balancing and health.
+
+Holds, per endpoint, the last polled server load, what was sent and finished since that poll, and the
+state (starting / up / down). One watcher per endpoint polls its load about once a second while it is
+up, checks `/health` now and then, probes `/health` while it is out, and brings it back when healthy.
+Dispatch blocks while every endpoint is at its target depth. The choice itself is the balancer's pure
+function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from client.core.errors import AttemptError, ConnectFailed, RequestRejected, ServerError, StreamDropped, StreamStalled
+from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint
+from client.wire.endpoint import Endpoint
+from client.wire.loads import LOAD_SOURCES, LoadFormatError, ServerLoad
+
+STARTING, UP, DOWN = "starting", "up", "down"
+
+# Failures that say something about the server rather than about the request.
+_SERVER_FAULTS = (ConnectFailed, ServerError, StreamDropped, StreamStalled)
+
+
+class DispatchClosed(Exception):
+    """Dispatch stopped (shutdown) while waiting for a slot."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSettings:
+    failure_threshold: int = 3  # failures in a row that take an endpoint out
+    poll_interval: float = 1.0
+    poll_timeout: float = 5.0
+    probe_interval: float = 2.0
+    health_interval: float = 30.0
+    headroom: float = DEFAULT_HEADROOM
+    default_capacity: int = 32  # decode slots assumed when a server does not report them
+    rediscover_s: float = 30.0  # retry load sources after all of them failed
+
+
+class _Tracked:
+    """Mutable per-endpoint bookkeeping, owned by the dispatcher."""
+
+    __slots__ = ("consecutive_failures", "finished_since_poll", "learned_capacity", "load", "load_source",
+                 "no_source_until", "sent_since_poll", "went_down")
+
+    def __init__(self) -> None:
+        self.load: ServerLoad | None = None
+        self.load_source: int = 0
+        self.no_source_until = 0.0
+        self.sent_since_poll = 0
+        self.finished_since_poll = 0
+        self.learned_capacity = 0
+        self.consecutive_failures = 0
+        self.went_down = asyncio.Event()
+
+
+class Dispatcher:
+    def __init__(self, endpoints: Sequence[Endpoint], settings: DispatchSettings | None = None) -> None:
+        self.endpoints = list(endpoints)
+        self.settings = settings or DispatchSettings()
+        self._tracked = [_Tracked() for _ in self.endpoints]
+        self._changed = asyncio.Condition()
+        self._closed = False
+
+    # -- the policy's input ------------------------------------------------------------------------------
+
+    def capacity(self, index: int) -> int:
+        """Reported by the server, else learned (its running count while it had a queue), else configured."""
+        tracked = self._tracked[index]
+        if tracked.load is not None and tracked.load.capacity:
+            return tracked.load.capacity
+        return tracked.learned_capacity or self.settings.default_capacity
+
+    def _snapshot(self, index: int) -> EndpointLoad:
+        endpoint, tracked = self.endpoints[index], self._tracked[index]
+        outstanding = None
+        if tracked.load is not None:
+            outstanding = (tracked.load.running + tracked.load.waiting
+                           + tracked.sent_since_poll - tracked.finished_since_poll)
+        return EndpointLoad(available=endpoint.counters.state == UP, in_flight=endpoint.counters.in_flight,
+                            capacity=self.capacity(index), max_in_flight=endpoint.max_in_flight,
+                            server_outstanding=outstanding)
+
+    def loads(self) -> list[EndpointLoad]:
+        return [self._snapshot(i) for i in range(len(self.endpoints))]
+
+    # -- slots -----------------------------------------------------------------------------------------
+
+    async def acquire(self, avoid: int | None = None, prefer: int | None = None) -> Endpoint:
+        """A slot on the balancer's choice; `prefer` wins while it is up and under its hard cap, so a
+        conversation's turns stay where its prefix is cached."""
+        async with self._changed:
+            while True:
+                if self._closed:
+                    raise DispatchClosed
+                index = pick_endpoint(self.loads(), avoid, self.settings.headroom)
+                if prefer is not None:
+                    preferred = self.endpoints[prefer]
+                    if preferred.counters.state == UP and preferred.counters.in_flight < preferred.max_in_flight:
+                        index = prefer
+                if index is not None:
+                    endpoint = self.endpoints[index]
+                    endpoint.counters.in_flight += 1
+                    self._tracked[index].sent_since_poll += 1
+                    return endpoint
+                await self._changed.wait()
+
+    async def release(self, endpoint: Endpoint) -> None:
+        endpoint.counters.in_flight -= 1
+        self._tracked[endpoint.index].finished_since_poll += 1
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._notify()
+
+    # -- health ----------------------------------------------------------------------------------------
+
+    async def report_success(self, endpoint: Endpoint) -> None:
+        self._tracked[endpoint.index].consecutive_failures = 0
+
+    async def report_failure(self, endpoint: Endpoint, error: AttemptError) -> None:
+        if not isinstance(error, _SERVER_FAULTS):
+            return
+        tracked = self._tracked[endpoint.index]
+        tracked.consecutive_failures += 1
+        if tracked.consecutive_failures >= self.settings.failure_threshold or isinstance(error, ConnectFailed):
+            await self.set_state(endpoint, DOWN, str(error))
+
+    async def set_state(self, endpoint: Endpoint, state: str, reason: str = "") -> None:
+        previous = endpoint.counters.state
+        if previous == state:
+            return
+        endpoint.counters.state = state
+        tracked = self._tracked[endpoint.index]
+        if state == DOWN:
+            tracked.went_down.set()
+            tracked.load = None
+            if reason:
+                endpoint.counters.last_error = f"out of rotation: {reason}"[:200]
+            # Its requests in flight would only stall or fail there: send them elsewhere now.
+            endpoint.abort_streams(f"endpoint taken out of rotation ({reason or 'unhealthy'})")
+        if state == UP:
+            tracked.consecutive_failures = 0
+        await self._notify()
+
+    async def prime(self) -> None:
+        """One load poll of every endpoint that is up, so the first requests already go by capacity."""
+        await asyncio.gather(*(self._poll_load(e, self._tracked[e.index]) for e in self.endpoints
+                               if e.counters.state == UP))
+
+    async def watch(self, endpoint: Endpoint) -> None:
+        """Keep one endpoint's state and load true, for the whole run."""
+        tracked = self._tracked[endpoint.index]
+        next_health = time.monotonic() + self.settings.health_interval
+        while not self._closed:
+            if endpoint.counters.state != UP:
+                status = await endpoint.health()
+                if status == 200:
+                    tracked.went_down.clear()
+                    await self.set_state(endpoint, UP)
+                    next_health = time.monotonic() + self.settings.health_interval
+                else:
+                    await asyncio.sleep(self.settings.probe_interval)
+                continue
+            await self._poll_load(endpoint, tracked)
+            if time.monotonic() >= next_health:
+                next_health = time.monotonic() + self.settings.health_interval
+                status = await endpoint.health(limit_s=10.0)
+                # No answer in time is not proof of death (SGLang's /health generates a token and can be
+                # slow under load); a non-200 answer is, and a refused connection shows in the polls.
+                if status is not None and status != 200:
+                    await self.set_state(endpoint, DOWN, f"/health answered {status}")
+                    continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.poll_interval):
+                    await tracked.went_down.wait()
+
+    async def _poll_load(self, endpoint: Endpoint, tracked: _Tracked) -> None:
+        now = time.monotonic()
+        if now < tracked.no_source_until:
+            return
+        while tracked.load_source < len(LOAD_SOURCES):
+            path, parse = LOAD_SOURCES[tracked.load_source]
+            try:
+                body = await endpoint.get_bytes(path, limit_s=self.settings.poll_timeout)
+                load = parse(body)
+            except ConnectFailed as exc:
+                await self.set_state(endpoint, DOWN, str(exc))
+                return
+            except RequestRejected:
+                tracked.load_source += 1  # 404/405: this server does not offer that source; try the next
+                continue
+            except LoadFormatError:
+                tracked.load_source += 1
+                continue
+            except AttemptError:
+                # Slow or busy (vLLM answers /metrics late while it decodes): keep the source, and the
+                # last load, and ask again at the next poll.
+                return
+            await self._apply_load(endpoint, tracked, load)
+            return
+        # No source works: balance on our own in-flight counts and look again later.
+        tracked.load_source = 0
+        tracked.load = None
+        tracked.no_source_until = now + self.settings.rediscover_s
+
+    async def _apply_load(self, endpoint: Endpoint, tracked: _Tracked, load: ServerLoad) -> None:
+        tracked.load = load
+        tracked.sent_since_poll = 0
+        tracked.finished_since_poll = 0
+        if load.waiting > 0 and load.running > tracked.learned_capacity:
+            tracked.learned_capacity = load.running  # a queue means the batch was full
+        endpoint.counters.server_running = load.running
+        endpoint.counters.server_waiting = load.waiting
+        endpoint.counters.capacity = self.capacity(endpoint.index)
+        await self._notify()

@@ -1,0 +1,121 @@
+"""Checks that must pass before the first request: the fleet answers, the model is served by it.
+
+Each failure is a ConfigError whose message says what to change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from client.core.errors import AttemptError, ConfigError
+from client.fleet.dispatcher import STARTING, UP
+from client.wire.endpoint import Endpoint
+
+
+def parse_endpoints(spec: str) -> list[str]:
+    """`URL[,URL...]` or `@FILE` (one URL per line; blank lines and `#` comments ignored)."""
+    if spec.startswith("@"):
+        path = Path(spec[1:])
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"--endpoints {spec}: cannot read {path}: {exc.strerror or exc}") from exc
+        items = [line.split("#", 1)[0].strip() for line in lines]
+        origin = str(path)
+    else:
+        items = [item.strip() for item in spec.split(",")]
+        origin = "--endpoints"
+    urls = [item.rstrip("/") for item in items if item]
+    if not urls:
+        raise ConfigError(f"{origin}: no endpoint URLs given")
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{origin}: {url!r} is not an http(s) URL (expected e.g. http://10.0.0.5:30000)")
+    duplicates = sorted({url for url in urls if urls.count(url) > 1})
+    if duplicates:
+        raise ConfigError(f"{origin}: endpoint listed twice: {', '.join(duplicates)}")
+    return urls
+
+
+async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float) -> None:
+    """Every endpoint must answer /health (200 = up, anything else = still starting, joins later).
+
+    An endpoint nothing answers on is usually a wrong host or port, so it stops the run unless
+    `wait_s` gives a fleet still loading its weights time to open its ports.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        statuses = await asyncio.gather(*(e.health() for e in endpoints))
+        for endpoint, status in zip(endpoints, statuses, strict=True):
+            endpoint.counters.state = UP if status == 200 else STARTING
+        silent = [e.url for e, status in zip(endpoints, statuses, strict=True) if status is None]
+        if not silent:
+            return
+        if time.monotonic() >= deadline:
+            raise ConfigError(
+                f"cannot reach {len(silent)} of {len(endpoints)} endpoint(s): {', '.join(silent)}. "
+                "Check the host and port; if the servers are still loading, pass --wait-ready SECONDS."
+            )
+        await asyncio.sleep(2.0)
+
+
+async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wait_s: float) -> str:
+    """The model to request: `requested` if every answering endpoint serves it, else the fleet's one model."""
+    deadline = time.monotonic() + wait_s
+    served: dict[str, list[str]] = {}
+    while True:
+        for endpoint in endpoints:
+            if endpoint.url in served:
+                continue
+            try:
+                served[endpoint.url] = await endpoint.models()
+            except AttemptError:
+                continue  # still starting; it is checked when it answers
+        if served or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(2.0)
+    if not served:
+        raise ConfigError("no endpoint answered /v1/models; are these inference servers? "
+                          "Pass --wait-ready SECONDS if they are still starting.")
+    first_listed = next((names[0] for names in served.values() if names), None)
+    model = requested or first_listed
+    if model is None:
+        raise ConfigError("the endpoints list no models at /v1/models; pass --model NAME")
+    missing = {url: names for url, names in served.items() if model not in names}
+    if missing:
+        if len(missing) == len(served):
+            offered = sorted({name for names in served.values() for name in names})
+            raise ConfigError(f"no server serves model {model!r}; they serve: {', '.join(offered) or 'nothing'}. "
+                              "Pass one of those with --model.")
+        detail = "; ".join(f"{url} serves {', '.join(names) or 'nothing'}" for url, names in missing.items())
+        raise ConfigError(f"not every endpoint serves {model!r} ({detail}). A run must come from one model: "
+                          "fix the fleet or drop those endpoints.")
+    return model
+
+
+async def check_max_tokens(endpoints: Sequence[Endpoint], model: str, max_tokens: int) -> None:
+    """`--max-tokens` must leave room for a prompt in the model's context on every endpoint.
+
+    vLLM answers HTTP 400 to every request whose max_tokens exceeds the context ("max_tokens=8192 cannot
+    be greater than max_model_len=2048"), and SGLang to every one whose prompt plus max_tokens does: such
+    a run would send every prompt once just to write it to the failures file. Both engines list the
+    context as `max_model_len` in /v1/models; an endpoint that does not, or does not answer, is not checked.
+    """
+    for endpoint in endpoints:
+        try:
+            document = await endpoint.get_json("/v1/models")
+        except (AttemptError, ValueError):
+            continue
+        entries = document.get("data") if isinstance(document, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict) or entry.get("id") != model:
+                continue
+            context = entry.get("max_model_len")
+            if isinstance(context, int) and not isinstance(context, bool) and max_tokens >= context:
+                raise ConfigError(
+                    f"--max-tokens {max_tokens} does not fit the context of {model} on {endpoint.url} "
+                    f"(max_model_len {context}): every request would be refused. Pass a --max-tokens well "
+                    f"below {context}, leaving room for the prompt.")

@@ -1,0 +1,248 @@
+"""Result segments on local disk: append and flush per record, rotate, the done-ID ledger, failures.
+
+Layout under --out:
+    segments/<name>.jsonl   ResultRecord lines, appended and flushed one by one
+    segments/<name>.ids     the segment's ids, one per line, written when the segment is closed
+    failures/failures-<run>.jsonl   FailureRecord lines of one run (retried on the next run)
+
+A segment is never appended to after its run closes it (or crashes): a new run opens new segments. On
+start-up a segment without its `.ids` sidecar is the one a crash left open; its torn last line (if any)
+is cut off, its ids are read, and the sidecar is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+from client.core.errors import ConfigError, SinkError
+from client.core.records import FailureRecord, ResultRecord
+from client.local.source import record_id
+
+SEGMENTS_DIR = "segments"
+FAILURES_DIR = "failures"
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedSegment:
+    path: Path
+    ids_path: Path
+    records: int
+    size: int
+    completion_tokens: int = 0
+
+
+@dataclass
+class ScanReport:
+    segments: int = 0
+    records: int = 0
+    repaired_bytes: int = 0
+    corrupt_lines: int = 0
+    duplicate_ids: int = 0
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut a last line that lacks its newline (a write cut short by a crash). Returns bytes removed."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb+") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return 0
+        block = 1 << 16
+        position = size
+        while position > 0:
+            start = max(0, position - block)
+            handle.seek(start)
+            chunk = handle.read(position - start)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                handle.truncate(keep)
+                return size - keep
+            position = start
+        handle.truncate(0)
+        return size
+
+
+def scan_segment_ids(path: Path, report: ScanReport) -> list[str]:
+    ids: list[str] = []
+    with path.open("rb") as handle:
+        for raw in handle:
+            prompt_id = record_id(raw)
+            if prompt_id is None:
+                report.corrupt_lines += 1
+                continue
+            ids.append(prompt_id)
+    return ids
+
+
+def write_ids(ids_path: Path, ids: list[str]) -> None:
+    temporary = ids_path.with_suffix(".ids.tmp")
+    with temporary.open("wb") as handle:
+        handle.write(b"".join(i.encode() + b"\n" for i in ids))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, ids_path)
+
+
+def load_done_ids(segments: Path) -> tuple[set[str], ScanReport]:
+    """Read the done-ID ledger from every segment, repairing what a crash left behind."""
+    report = ScanReport()
+    done: set[str] = set()
+    if not segments.is_dir():
+        return done, report
+    for path in sorted(segments.glob("*.jsonl")):
+        report.segments += 1
+        ids_path = path.with_suffix(".ids")
+        if ids_path.exists():
+            ids = ids_path.read_bytes().decode().splitlines()
+        else:
+            report.repaired_bytes += repair_torn_tail(path)
+            ids = scan_segment_ids(path, report)
+            write_ids(ids_path, ids)
+        report.records += len(ids)
+        before = len(done)
+        done.update(ids)
+        report.duplicate_ids += len(ids) - (len(done) - before)
+    return done, report
+
+
+def _write_all(handle: BinaryIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = handle.write(view)
+        if not written:
+            raise OSError(28, "no progress writing (disk full?)")
+        view = view[written:]
+
+
+def host_name() -> str:
+    """The short host name that segment names (and S3 manifest names) carry."""
+    return socket.gethostname().split(".")[0] or "host"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(2).hex()
+
+
+class ResultSink:
+    """Owns the open segment and the failures file of one run."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        run_id: str,
+        shard_label: str = "0of1",
+        max_segment_bytes: int = 256 << 20,
+        max_segment_age_s: float = 300.0,
+        on_segment_closed: Callable[[ClosedSegment], None] | None = None,
+    ) -> None:
+        self.out_dir = out_dir
+        self.segments_dir = out_dir / SEGMENTS_DIR
+        self.failures_path = out_dir / FAILURES_DIR / f"failures-{run_id}.jsonl"
+        self._prefix = f"{host_name()}-{shard_label}-{run_id}"
+        self.max_segment_bytes = max_segment_bytes
+        self.max_segment_age_s = max_segment_age_s
+        self.on_segment_closed = on_segment_closed
+        self._sequence = 0
+        self._handle: BinaryIO | None = None
+        self._path: Path | None = None
+        self._ids: list[str] = []
+        self._bytes = 0
+        self._tokens = 0
+        self._opened_at = 0.0
+        self._failures: BinaryIO | None = None
+        # After a failed write the open segment's tail is unknown: its sidecar must not be written, so
+        # the next run rescans (and repairs) the segment instead of trusting an id list.
+        self._broken = False
+
+    @staticmethod
+    def prepare(out_dir: Path) -> None:
+        """Fail before any request is sent when --out cannot be written."""
+        try:
+            (out_dir / SEGMENTS_DIR).mkdir(parents=True, exist_ok=True)
+            (out_dir / FAILURES_DIR).mkdir(parents=True, exist_ok=True)
+            probe = out_dir / f".write-probe-{os.getpid()}"
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(f"--out {out_dir} cannot be written: {exc.strerror or exc}. "
+                              "Choose a writable directory.") from exc
+
+    def _open_segment(self) -> BinaryIO:
+        self._sequence += 1
+        self._path = self.segments_dir / f"{self._prefix}-{self._sequence:05d}.jsonl"
+        # Unbuffered: a line reaches the OS in one write or fails, never half-held in our own buffer.
+        self._handle = self._path.open("ab", buffering=0)
+        self._ids = []
+        self._bytes = 0
+        self._tokens = 0
+        self._opened_at = time.monotonic()
+        return self._handle
+
+    def write_result(self, record: ResultRecord) -> None:
+        line = orjson.dumps(record) + b"\n"
+        if self._broken:
+            raise SinkError("the results sink failed earlier; refusing to write more")
+        try:
+            handle = self._handle or self._open_segment()
+            _write_all(handle, line)
+        except OSError as exc:
+            self._broken = True
+            raise SinkError(f"cannot append to {self._path}: {exc.strerror or exc}") from exc
+        self._ids.append(record["id"])
+        self._bytes += len(line)
+        self._tokens += int(record["usage"].get("completion_tokens", 0))
+        if self._bytes >= self.max_segment_bytes:
+            self.close_segment()
+
+    def write_failure(self, record: FailureRecord) -> None:
+        try:
+            if self._failures is None:
+                self._failures = self.failures_path.open("ab", buffering=0)
+            _write_all(self._failures, orjson.dumps(record) + b"\n")
+        except OSError as exc:
+            raise SinkError(f"cannot append to {self.failures_path}: {exc.strerror or exc}") from exc
+
+    def rotate_if_due(self) -> None:
+        """Close the open segment once it is old enough, so it can be synced (called periodically)."""
+        if self._handle is not None and time.monotonic() - self._opened_at >= self.max_segment_age_s:
+            self.close_segment()
+
+    def close_segment(self) -> None:
+        handle, path = self._handle, self._path
+        if handle is None or path is None:
+            return
+        self._handle = None
+        if self._broken:
+            with contextlib.suppress(OSError):
+                handle.close()
+            return
+        try:
+            os.fsync(handle.fileno())
+            handle.close()
+            ids_path = path.with_suffix(".ids")
+            write_ids(ids_path, self._ids)
+        except OSError as exc:
+            raise SinkError(f"cannot close segment {path}: {exc.strerror or exc}") from exc
+        if self.on_segment_closed is not None:
+            self.on_segment_closed(ClosedSegment(path, ids_path, len(self._ids), self._bytes, self._tokens))
+
+    def close(self) -> None:
+        try:
+            self.close_segment()
+        finally:
+            if self._failures is not None:
+                self._failures.close()
+                self._failures = None

@@ -1,0 +1,196 @@
+"""Read the result segments of a run as a stream: the one reader the offline tools share.
+
+A results location is a run directory (`--out` of `client.run`, whose `segments/` holds the JSONL
+segments), a directory of `*.jsonl` segments, one segment file, or an `s3://bucket/prefix` that the
+run synced to. Lines are yielded one at a time with their file and line number and are never held all
+at once. The reader only reads: a torn last line (a crash mid-write) or a line that is not JSON is
+counted and named, never repaired, so an audit of a live run changes nothing under it.
+
+From S3 it reads exactly the segments the writers' manifests list (an object no manifest lists is an
+unfinished upload), one at a time: a thread with its own event loop fetches the next segment while
+the caller reads the current one, so at most a few segments are in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, cast
+
+import orjson
+
+from client.core.errors import ConfigError, RegenError
+
+SEGMENTS_DIR = "segments"
+_BUFFER = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ResultLine:
+    """One raw result line and where it was read."""
+
+    where: str  # file path or s3 key
+    line: int
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    where: str
+    line: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.where}:{self.line}: {self.problem}"
+
+
+@dataclass
+class ReadReport:
+    """What the reader saw besides the good records."""
+
+    segments: int = 0
+    lines: int = 0
+    torn_tails: int = 0
+    corrupt: int = 0
+    examples: list[BadLine] = field(default_factory=list)
+
+    def bad(self, item: BadLine, *, torn: bool) -> None:
+        if torn:
+            self.torn_tails += 1
+        else:
+            self.corrupt += 1
+        if len(self.examples) < 10:
+            self.examples.append(item)
+
+
+def is_s3(location: str) -> bool:
+    return location.startswith("s3://")
+
+
+def segment_files(location: Path) -> list[Path]:
+    """The segment files of a local results location, in name order (names start with the writer)."""
+    if location.is_file():
+        return [location]
+    if not location.is_dir():
+        raise ConfigError(f"{location}: no such results directory or segment file")
+    base = location / SEGMENTS_DIR if (location / SEGMENTS_DIR).is_dir() else location
+    files = sorted([*base.glob("*.jsonl"), *base.glob("*.jsonl.gz")])
+    if not files:
+        raise ConfigError(f"{location}: no result segments (*.jsonl) found in {base}")
+    return files
+
+
+def _open(path: Path) -> IO[bytes]:
+    if path.name.endswith(".gz"):
+        return cast("IO[bytes]", gzip.open(path, "rb"))
+    return path.open("rb", buffering=_BUFFER)
+
+
+def _lines(handle: IO[bytes], where: str, report: ReadReport) -> Iterator[ResultLine]:
+    for number, raw in enumerate(handle, start=1):
+        report.lines += 1
+        if not raw.endswith(b"\n"):
+            # The writer appends whole lines; a last line without its newline is a write cut short.
+            report.bad(BadLine(where, number, "torn last line (the writer stopped mid-line); ignored"), torn=True)
+            return
+        if raw.strip():
+            yield ResultLine(where, number, raw)
+
+
+def iter_lines(location: str, report: ReadReport | None = None, *,
+               s3_endpoint_url: str | None = None) -> Iterator[ResultLine]:
+    """Every result line of a results location, segment by segment."""
+    report = report if report is not None else ReadReport()
+    if is_s3(location):
+        yield from _iter_s3(location, report, s3_endpoint_url)
+        return
+    for path in segment_files(Path(location)):
+        report.segments += 1
+        try:
+            with _open(path) as handle:
+                yield from _lines(handle, str(path), report)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def iter_records(location: str, report: ReadReport | None = None, *,
+                 s3_endpoint_url: str | None = None) -> Iterator[tuple[ResultLine, dict[str, Any]]]:
+    """Parsed result records (JSON objects with a string id); anything else is counted in `report`."""
+    report = report if report is not None else ReadReport()
+    for item in iter_lines(location, report, s3_endpoint_url=s3_endpoint_url):
+        try:
+            obj = orjson.loads(item.raw)
+        except orjson.JSONDecodeError as exc:
+            report.bad(BadLine(item.where, item.line, f"not valid JSON: {exc}"), torn=False)
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
+            report.bad(BadLine(item.where, item.line, "not a result record (no string id)"), torn=False)
+            continue
+        yield item, obj
+
+
+_Handoff = tuple[str, bytes] | BaseException | None
+
+
+def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Iterator[ResultLine]:
+    from client.s3.resume import read_manifests
+    from client.s3.store import S3Store, S3Url
+
+    url = S3Url.parse(location)
+    handoff: queue.Queue[_Handoff] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: _Handoff) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    async def fetch() -> None:
+        async with S3Store(url, endpoint_url=endpoint_url) as store:
+            manifests = await read_manifests(store)
+            entries = sorted((e for manifest, _ in manifests for e in manifest.segments.values()), key=lambda e: e.name)
+            if not entries:
+                raise ConfigError(f"{url}: no uploaded result segments (no manifest under manifests/ lists any)")
+            for entry in entries:
+                got = await store.get(entry.key)
+                if got is None:
+                    raise ConfigError(f"{url}{entry.key}: listed in a manifest but not in the bucket")
+                data = gzip.decompress(got[0]) if entry.gzip else got[0]
+                if not await asyncio.to_thread(put, (entry.key, data)):
+                    return
+
+    def work() -> None:
+        try:
+            asyncio.run(fetch())
+        except BaseException as exc:  # handed to the reading thread, which raises it there
+            put(exc)
+            return
+        put(None)
+
+    threading.Thread(target=work, name="results-s3-reader", daemon=True).start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is None:
+                return
+            if isinstance(item, ConfigError):
+                raise item
+            if isinstance(item, RegenError | OSError):
+                raise ConfigError(f"{url}: cannot read the results: {item}") from item
+            if isinstance(item, BaseException):
+                raise item
+            key, data = item
+            report.segments += 1
+            yield from _lines(io.BytesIO(data), f"{url}{key}", report)
+    finally:
+        stop.set()

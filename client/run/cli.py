@@ -1,0 +1,166 @@
+"""The command line of `python -m client.run`: options, their help, and the settings built from them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from client.core.payload import SamplingSettings
+
+DESCRIPTION = """\
+Regenerate every completion of a prompt set with one target model on a fleet of SGLang (or vLLM)
+servers. Results are appended to JSONL segments under --out (and, with --s3, uploaded to S3 as they
+close); running the same command again continues where the last run stopped and never sends a done id
+twice, even from a fresh host with an empty --out when --s3 holds the results.
+"""
+
+EPILOG = """\
+examples:
+  python -m client.run --simulate 4 --prompts prompts/sample.jsonl --out runs/demo
+  python -m client.run --endpoints @endpoints.txt --prompts data.jsonl --out runs/full --gpus 8
+  python -m client.run --endpoints @endpoints.txt --prompts data.jsonl --out runs/full \
+      --s3 s3://my-bucket/regen/run1 --shard 0/2        # on a second host: --shard 1/2
+
+exit codes:
+  0    every valid prompt is done
+  1    the run ended, but some prompts failed after all attempts (run again to retry them)
+  2    bad options, unreachable endpoints, unknown model or unwritable --out; nothing was sent
+  3    bad input and --strict was given
+  4    results could not be written (disk full or read-only); free space and run again
+  5    the run ended, but some segments are not in S3 yet (S3 unreachable); run again to upload them
+  130  stopped by Ctrl-C or SIGTERM; run again to continue
+"""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
+
+
+def _part_mb(text: str) -> float:
+    value = float(text)
+    if value < 5:
+        raise argparse.ArgumentTypeError(f"S3 refuses multipart parts under 5 MB, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m client.run", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    fleet = parser.add_argument_group("fleet")
+    fleet.add_argument("--endpoints", metavar="URL[,URL...]|@FILE",
+                       help="server base URLs, comma-separated, or @FILE with one URL per line "
+                            "(as written by launch/start_servers.sh)")
+    fleet.add_argument("--simulate", type=_positive_int, metavar="N",
+                       help="start N simulated SGLang servers on 127.0.0.1 and use them (no GPU needed)")
+    fleet.add_argument("--model", help="model to request (default: the one the servers list at /v1/models)")
+    fleet.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
+                       help="bearer token for the servers (default: $REGEN_API_KEY)")
+    fleet.add_argument("--max-in-flight", type=_positive_int, default=512, metavar="N",
+                       help="hard cap of requests in flight per endpoint; within it, each endpoint is kept "
+                            "filled to its decode slots plus a small queue (default: %(default)s)")
+    fleet.add_argument("--slots", type=_positive_int, default=32, metavar="N",
+                       help="decode slots assumed for an endpoint that does not report them (vLLM); learned "
+                            "from its queue as the run goes (default: %(default)s)")
+    fleet.add_argument("--wait-ready", type=float, default=0.0, metavar="SECONDS",
+                       help="at start, wait this long for endpoints nothing answers on yet (default: 0: fail)")
+    fleet.add_argument("--gpus", type=_positive_int, metavar="N",
+                       help="GPUs behind the fleet, for the projected GPU-hours")
+
+    data = parser.add_argument_group("input and output")
+    data.add_argument("--prompts", action="append", required=True, metavar="FILE",
+                      help="PromptRecord JSONL file; repeat for several")
+    data.add_argument("--out", required=True, metavar="DIR", help="results directory (segments/, failures/)")
+    data.add_argument("--strict", action="store_true",
+                      help="stop at the first invalid record instead of reporting and skipping it")
+    data.add_argument("--show-problems", type=int, default=20, metavar="N",
+                      help="print the first N invalid records as they are found (default: %(default)s)")
+    data.add_argument("--shard", metavar="K/N", help="take only the ids in shard K of N (K from 0), for many hosts")
+    data.add_argument("--segment-mb", type=float, default=256.0, metavar="MB",
+                      help="rotate a segment at this size (default: %(default)s)")
+    data.add_argument("--segment-age", type=float, default=300.0, metavar="SECONDS",
+                      help="rotate a segment at this age (default: %(default)s)")
+
+    sync = parser.add_argument_group("S3 sync (credentials and region from the standard AWS chain)")
+    sync.add_argument("--s3", metavar="s3://BUCKET/PREFIX",
+                      help="upload closed segments here as the run goes, and resume from what is there")
+    sync.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
+    sync.add_argument("--sync-interval", type=_positive_float, default=180.0, metavar="SECONDS",
+                      help="with --s3, close and upload the open segment at least this often, so at most "
+                           "this much work exists only on local disk (default: %(default)s)")
+    sync.add_argument("--sync-wait", type=float, default=300.0, metavar="SECONDS",
+                      help="at the end of the run, wait this long at most for the uploads (default: %(default)s)")
+    sync.add_argument("--delete-uploaded", action="store_true",
+                      help="delete a local segment once its upload is verified and listed in the manifest")
+    sync.add_argument("--s3-gzip", action="store_true", help="store segments gzip-compressed (.jsonl.gz)")
+    sync.add_argument("--s3-part-mb", type=_part_mb, default=64.0, metavar="MB",
+                      help="segments larger than this go up as multipart uploads of parts this size "
+                           "(at least 5; default: %(default)s)")
+
+    sampling = parser.add_argument_group("sampling (defaults: Qwen3 thinking mode)")
+    defaults = SamplingSettings()
+    sampling.add_argument("--max-tokens", type=_positive_int, default=defaults.max_tokens, metavar="N",
+                          help="cap on reasoning + answer tokens (default: %(default)s)")
+    sampling.add_argument("--temperature", type=float, default=defaults.temperature, help="(default: %(default)s)")
+    sampling.add_argument("--top-p", type=float, default=defaults.top_p, help="(default: %(default)s)")
+    sampling.add_argument("--top-k", type=int, default=defaults.top_k, help="(default: %(default)s)")
+    sampling.add_argument("--min-p", type=float, default=defaults.min_p, help="(default: %(default)s)")
+    sampling.add_argument("--presence-penalty", type=float, default=defaults.presence_penalty,
+                          help="(default: %(default)s)")
+    sampling.add_argument("--seed", type=int, help="sampling seed sent with every request")
+    sampling.add_argument("--no-thinking", action="store_true",
+                          help="send chat_template_kwargs.enable_thinking=false (thinking is on by default)")
+
+    turns = parser.add_argument_group("conversations")
+    turns.add_argument("--turns", choices=("last", "all"), default="last",
+                       help="last: generate the next assistant turn after the given history (a trailing "
+                            "assistant turn is dropped and regenerated). all: regenerate every assistant turn "
+                            "in order, each on the model's own earlier turns; one record per turn, with id "
+                            "CONVERSATION#TURN, and a trailing ! on the turn that ends the conversation "
+                            "(default: %(default)s)")
+    turns.add_argument("--preserve-thinking", action="store_true",
+                       help="with --turns all, keep earlier turns' reasoning in the history "
+                            "(chat_template_kwargs.preserve_thinking); Qwen3.6 drops it by default")
+
+    retries = parser.add_argument_group("retries and shutdown")
+    retries.add_argument("--max-attempts", type=_positive_int, default=6, metavar="N",
+                         help="attempts per prompt before it goes to the failures file (default: %(default)s)")
+    retries.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
+                         help="a stream that sends no byte for this long is retried elsewhere (default: %(default)s)")
+    retries.add_argument("--circuit-failures", type=_positive_int, default=3, metavar="N",
+                         help="take an endpoint out of rotation after N failures in a row (default: %(default)s)")
+    retries.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                         help="on Ctrl-C/SIGTERM, time given to requests in flight (default: %(default)s)")
+
+    view = parser.add_argument_group("progress")
+    view.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    view.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                      help="interval of the plain progress line (default: %(default)s)")
+
+    sim = parser.add_argument_group("simulated fleet (--simulate)")
+    sim.add_argument("--sim-speed", type=float, default=20.0, metavar="X",
+                     help="time scale of the simulated servers (default: %(default)s)")
+    sim.add_argument("--sim-max-running", type=_positive_int, default=32, metavar="N",
+                     help="decode slots per simulated server (default: %(default)s)")
+    sim.add_argument("--sim-arg", action="append", metavar="ARG",
+                     help="extra flag for every simulated server, e.g. --sim-arg=--fail-500 --sim-arg=0.02")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> SamplingSettings:
+    return SamplingSettings(
+        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        min_p=args.min_p, presence_penalty=args.presence_penalty, seed=args.seed,
+        enable_thinking=not args.no_thinking, preserve_thinking=args.preserve_thinking,
+    )

@@ -1,0 +1,57 @@
+"""ResultRecord and FailureRecord as written to the segments and the failures file (see the README's
+data contracts); `id` goes first so the done-ID scan reads it without parsing the line."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from client.core.errors import AttemptError
+from client.core.records import FailureRecord, Prompt, ResultRecord
+from client.run.retry import Generation
+
+
+def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]], generation: Generation, *,
+                  sampling: dict[str, Any], model: str, conversation: tuple[str, int] | None = None,
+                  diverged: str | None = None) -> ResultRecord:
+    completion, ttft = generation.completion, generation.ttft_s
+    record: ResultRecord = {
+        "id": record_id,
+        "messages": messages,
+        "sampling": sampling,
+        "reasoning": completion.reasoning,
+        "content": completion.content,
+        "tool_calls": [call.to_wire() for call in completion.tool_calls],
+        "finish_reason": completion.finish_reason,
+        "usage": completion.usage,
+        "model": completion.model or model,
+        "endpoint": generation.endpoint.url,
+        "timings": {"queued_s": round(generation.queued_s, 4), "ttft_s": None if ttft is None else round(ttft, 4),
+                    "total_s": round(generation.total_s, 4)},
+        "attempts": generation.attempts,
+        "created": time.time(),
+    }
+    if prompt.tools:
+        record["tools"] = prompt.tools
+    if completion.prompt_token_ids is not None:
+        record["prompt_token_ids"] = completion.prompt_token_ids
+    if completion.completion_token_ids is not None:
+        record["completion_token_ids"] = completion.completion_token_ids
+    if conversation is not None:
+        record["conversation_id"], record["turn"] = conversation
+    if diverged is not None:
+        record["diverged"] = diverged
+    if prompt.meta is not None:
+        record["meta"] = prompt.meta
+    return record
+
+
+def failure_record(record_id: str, error: AttemptError, attempts: int, endpoint_url: str | None) -> FailureRecord:
+    return {
+        "id": record_id,
+        "error_class": error.kind,
+        "last_error": str(error),
+        "attempts": attempts,
+        "endpoint": endpoint_url,
+        "created": time.time(),
+    }

@@ -1,0 +1,38 @@
+"""The end-of-run summary: what was done, and the reconciliation that accounts for every input record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from client.core.stats import StatsSnapshot
+from client.local.source import SourceCounts
+from client.run.console import format_duration, say
+from client.run.swarm import SwarmOutcome
+
+
+def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutcome, failures_path: Path, *,
+                  turns: str) -> None:
+    say("")
+    unit = "event(s)" if turns == "all" else "done"
+    say(f"run {'stopped' if outcome.interrupted else 'ended'} after {format_duration(snap.elapsed_s)}: "
+        f"{snap.done:,} {unit}, {snap.failed:,} failed, {snap.retries:,} retries, {snap.truncated:,} truncated "
+        f"(finish_reason length), {snap.completion_tokens:,} completion tokens")
+    if turns == "all":
+        worked = counts.yielded
+        say(f"conversations: inputs {counts.records:,} = worked on {worked:,} + already-finished "
+            f"{counts.skipped_done:,} + skipped-invalid {counts.invalid:,} + duplicate {counts.duplicates:,} "
+            f"+ other-shards {counts.other_shards:,}; this run finished {outcome.conversations_finished:,} "
+            f"({outcome.diverged:,} ended early where the regenerated tool calls diverged from the source)")
+    else:
+        fresh = counts.records - counts.skipped_done - counts.other_shards
+        not_reached = fresh - counts.invalid - counts.duplicates - snap.done - snap.failed
+        say(f"reconciliation: inputs {counts.records:,} = done {snap.done:,} + failed {snap.failed:,} "
+            f"+ skipped-invalid {counts.invalid:,} + duplicate {counts.duplicates:,} "
+            f"+ already-done {counts.skipped_done:,} + other-shards {counts.other_shards:,}"
+            + (f" + not-yet-sent {not_reached:,}" if not_reached else ""))
+    if counts.invalid or counts.duplicates:
+        say(f"{counts.invalid + counts.duplicates} record(s) were skipped as invalid; each was reported above "
+            "(first few) with file:line. Fix them and run again, or pass --strict to stop on the first.")
+    if snap.failed:
+        say(f"{snap.failed} request(s) failed after all attempts; see {failures_path}. "
+            "Run the same command again to retry them.")

@@ -1,0 +1,223 @@
+"""Start-up of a run with --s3: check the bucket, read every writer's manifest, add the done ids held in
+S3 to the ledger (from the id indexes, never the segments), and find the local segments an earlier run
+closed but did not upload (compared with the manifests), so they go up first.
+
+It also cleans what a crash of this writer left behind: unfinished multipart uploads under its segment
+names, and (with --delete-uploaded) local segments a manifest already lists. A local segment that was
+never uploaded but holds ids another writer has since uploaded (a host that came back after its shard
+was rerun elsewhere) loses those lines before upload, so no id is ever stored twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from client.core.errors import ConfigError
+from client.local.sink import write_ids
+from client.local.source import leading_id
+from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids
+from client.s3.store import S3Error, S3Store
+from client.s3.uploader import PendingSegment
+
+FETCH_CONCURRENCY = 32
+
+
+@dataclass
+class S3Start:
+    """What start-up found; `manifest`/`etag` are this writer's, ready to be extended."""
+
+    manifest: Manifest
+    etag: str | None
+    pending: list[PendingSegment] = field(default_factory=list)
+    manifests: int = 0
+    s3_segments: int = 0
+    s3_ids_added: int = 0
+    dropped: list[str] = field(default_factory=list)
+    aborted_uploads: int = 0
+    deleted_local: int = 0
+    seconds: float = 0.0
+
+
+async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
+    """Every manifest under the prefix, with its ETag. An unreadable one stops the start: its ids are unknown."""
+    keys = [info.key for info in await store.list_objects(MANIFESTS_PREFIX) if info.key.endswith(".json")]
+    blobs = await asyncio.gather(*(store.get(key) for key in keys))
+    found: list[tuple[Manifest, str]] = []
+    for key, got in zip(keys, blobs, strict=True):
+        if got is None:
+            continue  # deleted between the listing and the read
+        try:
+            found.append((Manifest.from_json(got[0], source=str(store.url) + key), got[1]))
+        except ValueError as exc:
+            raise ConfigError(f"{exc}. Fix or remove that object, then start again.") from exc
+    return found
+
+
+def _ids_from_segment(data: bytes) -> list[str]:
+    ids = []
+    for line in data.splitlines():
+        prompt_id = leading_id(line)
+        if prompt_id is None:
+            with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
+                prompt_id = orjson.loads(line)["id"]
+        if isinstance(prompt_id, str):
+            ids.append(prompt_id)
+    return ids
+
+
+async def fetch_ids(store: S3Store, entry: SegmentEntry) -> list[str]:
+    """A segment's ids from its index; from the segment itself when the index is missing or damaged."""
+    got = await store.get(entry.ids_key)
+    if got is not None and (not entry.ids_sha256 or hashlib.sha256(got[0]).hexdigest() == entry.ids_sha256):
+        return decode_ids(got[0])
+    body = await store.get(entry.key)
+    if body is None:
+        raise ConfigError(f"{store.url}{entry.key} is listed in a manifest but missing from S3 (and so is a "
+                          "usable id index): restore it, or remove its entry from the manifest and start again")
+    data = await asyncio.to_thread(gzip.decompress, body[0]) if entry.gzip else body[0]
+    return await asyncio.to_thread(_ids_from_segment, data)
+
+
+async def load_done_ids(store: S3Store, entries: Sequence[SegmentEntry], done: set[str],
+                        watch: frozenset[str] = frozenset(),
+                        concurrency: int = FETCH_CONCURRENCY) -> tuple[int, set[str]]:
+    """Add the ids of `entries` to `done`; returns (ids added, which of `watch` were seen)."""
+    remaining = iter(entries)
+    added = 0
+    seen: set[str] = set()
+
+    async def worker() -> None:
+        nonlocal added
+        for entry in remaining:  # one shared iterator: every entry is taken by exactly one worker
+            ids = await fetch_ids(store, entry)
+            before = len(done)
+            done.update(ids)
+            added += len(done) - before
+            if watch:
+                seen.update(watch.intersection(ids))
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(concurrency, len(entries))):
+            group.create_task(worker())
+    return added, seen
+
+
+def pending_from_disk(path: Path) -> PendingSegment:
+    """A closed local segment as the uploader needs it (blocking: call in a thread)."""
+    ids_path = path.with_suffix(".ids")
+    records = len(ids_path.read_bytes().splitlines())
+    tokens = 0
+    with path.open("rb") as handle:
+        for line in handle:
+            with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
+                tokens += int(orjson.loads(line)["usage"].get("completion_tokens", 0))
+    stat = path.stat()
+    return PendingSegment(path.stem, path, ids_path, records, stat.st_size, tokens, stat.st_mtime)
+
+
+def drop_ids(segment: PendingSegment, drop: set[str]) -> PendingSegment | None:
+    """Rewrite a never-uploaded segment without the lines of `drop`; None when nothing is left.
+
+    The sidecar goes first: if this is cut short, the next start rescans the segment and rebuilds it.
+    """
+    segment.ids_path.unlink(missing_ok=True)
+    kept_ids: list[str] = []
+    temporary = segment.path.with_suffix(".jsonl.tmp")
+    with segment.path.open("rb") as source, temporary.open("wb") as target:
+        for line in source:
+            prompt_id = leading_id(line)
+            if prompt_id is None:
+                with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
+                    prompt_id = orjson.loads(line)["id"]
+            if prompt_id in drop:
+                continue
+            target.write(line)
+            if isinstance(prompt_id, str):
+                kept_ids.append(prompt_id)
+        target.flush()
+        os.fsync(target.fileno())
+    if not kept_ids:
+        temporary.unlink()
+        segment.path.unlink()
+        return None
+    os.replace(temporary, segment.path)
+    write_ids(segment.ids_path, kept_ids)
+    return pending_from_disk(segment.path)
+
+
+def _local_state(segments_dir: Path, uploaded: set[str]) -> tuple[list[Path], dict[PendingSegment, set[str]]]:
+    """The local segments, and those no manifest lists (with their ids). Every local segment has its
+    sidecar here: the local ledger scan has just rebuilt any a crash left out."""
+    local = sorted(segments_dir.glob("*.jsonl")) if segments_dir.is_dir() else []
+    pending: dict[PendingSegment, set[str]] = {}
+    for path in local:
+        if path.stem in uploaded or not path.with_suffix(".ids").exists():
+            continue
+        segment = pending_from_disk(path)
+        if segment.records:
+            pending[segment] = set(segment.ids_path.read_bytes().decode().splitlines())
+    return local, pending
+
+
+def _delete_uploaded(local: list[Path], entries: dict[str, SegmentEntry]) -> int:
+    """Delete the local segments a manifest lists with the same size (a crash came between the two)."""
+    deleted = 0
+    for path in local:
+        entry = entries.get(path.stem)
+        if entry is not None and path.stat().st_size == entry.bytes:
+            path.with_suffix(".ids").unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+            deleted += 1
+    return deleted
+
+
+async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, shard: str, run_id: str,
+                sync_interval_s: float, done: set[str], delete_uploaded: bool = False) -> S3Start:
+    """Everything a run with --s3 does before its first request; `done` gains the ids found in S3."""
+    began = time.perf_counter()
+    await store.check_bucket()
+    manifests = await read_manifests(store)
+    mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
+    manifest = mine[0] if mine else Manifest(writer=writer, host=host, shard=shard)
+    manifest.run, manifest.state, manifest.sync_interval_s = run_id, "running", sync_interval_s
+    result = S3Start(manifest, mine[1] if mine else None, manifests=len(manifests))
+
+    entries = {entry.name: entry for m, _ in manifests for entry in m.segments.values()}
+    local, pending = await asyncio.to_thread(_local_state, segments_dir, set(entries))
+    watch_ids = frozenset(i for ids in pending.values() for i in ids)
+
+    local_names = {path.stem for path in local}
+    remote = [entry for name, entry in entries.items() if name not in local_names]
+    result.s3_segments = len(remote)
+    result.s3_ids_added, overlap = await load_done_ids(store, remote, done, watch_ids)
+
+    for segment, ids in pending.items():
+        duplicates = ids & overlap
+        if not duplicates:
+            result.pending.append(segment)
+            continue
+        kept = await asyncio.to_thread(drop_ids, segment, duplicates)
+        result.dropped.append(f"{segment.path.name}: {len(duplicates)} result(s) another writer has uploaded "
+                              "since were dropped before upload")
+        if kept is not None:
+            result.pending.append(kept)
+
+    for key, upload_id in await store.list_multipart(f"{SEGMENTS_PREFIX}{writer}-"):
+        with contextlib.suppress(S3Error):
+            await store.abort_multipart(key, upload_id)
+            result.aborted_uploads += 1
+
+    if delete_uploaded:
+        result.deleted_local = await asyncio.to_thread(_delete_uploaded, local, entries)
+    result.seconds = time.perf_counter() - began
+    return result

@@ -1,0 +1,1 @@
+"""`python -m client.status`: the totals of a run across every shard and host, read from S3."""

@@ -1,0 +1,148 @@
+"""One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path),
+model list, health and load documents (over httpx), and the aborting of its streams when it goes down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from client.core.errors import AttemptError, StreamDropped, error_for_status, map_transport_error
+from client.core.records import Completion
+from client.core.stats import EndpointCounters
+from client.wire.sse import StreamParser
+from client.wire.transport import StreamingTransport
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+class Endpoint:
+    """The client side of one inference server. Create inside a running event loop; `aclose()` at the end."""
+
+    def __init__(
+        self,
+        url: str,
+        counters: EndpointCounters,
+        *,
+        max_in_flight: int,
+        idle_timeout: float = 300.0,
+        connect_timeout: float = 10.0,
+        api_key: str | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.counters = counters
+        self.max_in_flight = max_in_flight
+        counters.max_in_flight = max_in_flight
+        self.supports_token_ids = False
+        self.idle_timeout = idle_timeout
+        headers = {"content-type": "application/json", "user-agent": "regen-swarm"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        # Streams go over our own Protocol-based transport (the hot path); the control plane (health,
+        # loads, models: about one request a second) over plain httpx.
+        self._stream = StreamingTransport(self.url, headers={**headers, "accept": "text/event-stream"},
+                                          connect_timeout=connect_timeout)
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._aborted: dict[asyncio.Task[Any], str] = {}
+        self._client = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(connect=connect_timeout, read=30.0, write=30.0, pool=30.0),
+            limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
+        )
+
+    @property
+    def index(self) -> int:
+        return self.counters.index
+
+    async def aclose(self) -> None:
+        self._stream.close()
+        await self._client.aclose()
+
+    async def get_bytes(self, path: str, limit_s: float = 5.0) -> bytes:
+        """GET a document; AttemptError when the server cannot be reached or answers non-200."""
+        try:
+            response = await self._client.get(path, timeout=limit_s)
+            body = await response.aread()
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            raise map_transport_error(exc, streaming=False) from exc
+        if response.status_code != 200:
+            raise error_for_status(response.status_code, body)
+        return body
+
+    async def get_json(self, path: str, limit_s: float = 5.0) -> Any:
+        return orjson.loads(await self.get_bytes(path, limit_s))
+
+    async def health(self, limit_s: float = 5.0) -> int | None:
+        """The /health status code, or None when nothing answers."""
+        try:
+            response = await self._client.get("/health", timeout=limit_s)
+            await response.aread()
+        except (httpx.HTTPError, OSError, TimeoutError):
+            return None
+        return response.status_code
+
+    async def models(self) -> list[str]:
+        """Served model ids. Also learns the engine: vLLM (`owned_by: vllm`) streams exact token ids."""
+        document = await self.get_json("/v1/models")
+        data = document.get("data") if isinstance(document, dict) else None
+        entries = [entry for entry in data or [] if isinstance(entry, dict) and "id" in entry]
+        self.supports_token_ids = any(entry.get("owned_by") == "vllm" for entry in entries)
+        return [str(entry["id"]) for entry in entries]
+
+    def abort_streams(self, reason: str) -> None:
+        """End every stream in flight here; each attempt then fails with StreamDropped and is retried."""
+        for task in self._streams:
+            if task not in self._aborted:
+                self._aborted[task] = reason
+                task.cancel()
+
+    async def stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
+        """POST one streaming chat completion; returns it whole with its time to first token.
+
+        Raises an AttemptError subclass for every failure, so the retry policy sees one error tree.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self._streams.add(task)
+        try:
+            return await self._stream_chat(body)
+        except asyncio.CancelledError:
+            reason = self._aborted.pop(task, None)
+            # Only our own abort becomes a retryable error; a shutdown's cancel still propagates.
+            if reason is None or task.uncancel() > 0:
+                raise
+            raise StreamDropped(reason) from None
+        finally:
+            self._streams.discard(task)
+            self._aborted.pop(task, None)
+
+    async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
+        parser = StreamParser()
+        started = time.monotonic()
+        first_output: list[float] = []
+
+        def feed(data: bytes) -> None:
+            parser.feed(data)
+            if not first_output and parser.saw_output:
+                first_output.append(time.monotonic() - started)
+
+        try:
+            response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout)
+        except AttemptError:
+            if parser.whole:
+                return parser.completion(ended_cleanly=False), _first(first_output)
+            raise
+        finally:
+            self.counters.chunks += parser.events
+        if response.status != 200:
+            raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+        return parser.completion(ended_cleanly=True), _first(first_output)
+
+
+def _first(values: list[float]) -> float | None:
+    return values[0] if values else None

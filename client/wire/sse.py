@@ -1,0 +1,212 @@
+"""SSE bytes -> Completion: the per-chunk hot path of the client.
+
+Raw bytes are split into events by hand and each event is parsed once with orjson; no SDK object is
+built per chunk. The parser accepts SGLang's `reasoning_content` and vLLM's `reasoning`, merges
+tool-call deltas by index, takes token counts only from `usage` (with MTP one chunk carries several
+tokens, so counting chunks would be wrong), tolerates builds that omit null fields or never send
+`[DONE]`, and turns a `data: {"error": ...}` event into a failed attempt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from client.core.errors import StreamDropped, StreamErrorEvent
+from client.core.records import Completion, ToolCall, Usage
+
+_loads = orjson.loads
+
+
+class _ToolCallParts:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class StreamParser:
+    """Incremental parser for one chat-completions stream. Feed it bytes; call `completion()` at the end."""
+
+    __slots__ = (
+        "_buffer",
+        "_completion_ids",
+        "_content",
+        "_last_tool_index",
+        "_reasoning",
+        "_tools",
+        "done",
+        "events",
+        "finish_reason",
+        "model",
+        "prompt_token_ids",
+        "saw_output",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+        self._tools: dict[int, _ToolCallParts] = {}
+        self._last_tool_index = -1
+        self._completion_ids: list[int] | None = None
+        self.done = False
+        self.events = 0
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.model: str | None = None
+        self.prompt_token_ids: list[int] | None = None
+        self.saw_output = False
+
+    def feed(self, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else data
+        if b"\r" in buffer:
+            # CRLF framing is legal SSE; normalising keeps the fast path to one separator.
+            buffer = buffer.replace(b"\r\n", b"\n")
+        start = 0
+        find = buffer.find
+        startswith = buffer.startswith
+        while True:
+            end = find(b"\n\n", start)
+            if end < 0:
+                break
+            if startswith(b"data: {", start):
+                # The common event, parsed without looking at it twice; anything orjson refuses (e.g. a
+                # payload split over several data lines) takes the general path.
+                try:
+                    obj = _loads(buffer[start + 6:end])
+                except orjson.JSONDecodeError:
+                    self._event(buffer[start:end])
+                else:
+                    self._chunk(obj)
+            elif end > start:
+                self._event(buffer[start:end])
+            start = end + 2
+        self._buffer = buffer[start:] if start < len(buffer) else b""
+
+    def _event(self, event: bytes) -> None:
+        if event.startswith(b"data: "):
+            payload = event[6:]
+            if b"\n" in payload:
+                payload = _data_lines(event)
+        else:
+            payload = _data_lines(event)
+            if not payload:
+                return  # comment or keep-alive
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise StreamDropped(f"malformed event: {payload[:200]!r}") from exc
+        if not isinstance(obj, dict):
+            raise StreamDropped(f"event is not a JSON object: {payload[:200]!r}")
+        self._chunk(obj)
+
+    def _chunk(self, obj: dict[str, Any]) -> None:
+        self.events += 1
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta:
+                text = delta.get("reasoning_content") or delta.get("reasoning")
+                if text:
+                    self._reasoning.append(text)
+                    self.saw_output = True
+                text = delta.get("content")
+                if text:
+                    self._content.append(text)
+                    self.saw_output = True
+                calls = delta.get("tool_calls")
+                if calls:
+                    self._merge_tool_calls(calls)
+            ids = choice.get("token_ids")
+            if ids:
+                if self._completion_ids is None:
+                    self._completion_ids = []
+                self._completion_ids.extend(ids)
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reason = reason
+        elif "error" in obj:
+            raise StreamErrorEvent(f"error event: {_error_text(obj['error'])}")
+        usage = obj.get("usage")
+        if usage:
+            self.usage = usage
+        if self.model is None:
+            self.model = obj.get("model")
+        prompt_ids = obj.get("prompt_token_ids")
+        if prompt_ids:
+            self.prompt_token_ids = prompt_ids
+
+    def _merge_tool_calls(self, calls: list[dict[str, Any]]) -> None:
+        self.saw_output = True
+        for call in calls:
+            index = call.get("index")
+            if index is None:
+                # Some builds omit the index; a new id starts a new call, otherwise it continues the last.
+                index = len(self._tools) if call.get("id") or self._last_tool_index < 0 else self._last_tool_index
+            parts = self._tools.get(index)
+            if parts is None:
+                parts = self._tools[index] = _ToolCallParts()
+            self._last_tool_index = index
+            if call.get("id"):
+                parts.id = call["id"]
+            function = call.get("function")
+            if function:
+                if function.get("name"):
+                    parts.name += function["name"]
+                if function.get("arguments"):
+                    parts.arguments.append(function["arguments"])
+
+    @property
+    def whole(self) -> bool:
+        """True once finish_reason and usage have both arrived: a later dropped connection loses nothing."""
+        return self.finish_reason is not None and self.usage is not None
+
+    def completion(self, *, ended_cleanly: bool) -> Completion:
+        """The finished completion, or StreamDropped when the stream stopped before it was whole.
+
+        A stream that closed cleanly after its finish_reason is whole even without usage or `[DONE]`.
+        """
+        if self._buffer.strip() and ended_cleanly:
+            self.feed(b"\n\n")  # a last event without its blank line is still an event
+        if self.finish_reason is None or not (ended_cleanly or self.usage is not None):
+            raise StreamDropped("stream ended before finish_reason" if self.finish_reason is None
+                                else "connection lost before usage arrived")
+        tool_calls = tuple(
+            ToolCall(id=parts.id, name=parts.name, arguments="".join(parts.arguments))
+            for _, parts in sorted(self._tools.items())
+        )
+        return Completion(
+            reasoning="".join(self._reasoning),
+            content="".join(self._content),
+            tool_calls=tool_calls,
+            finish_reason=self.finish_reason,
+            usage=self.usage if self.usage is not None else {},
+            model=self.model,
+            prompt_token_ids=self.prompt_token_ids,
+            completion_token_ids=self._completion_ids,
+        )
+
+
+def _data_lines(event: bytes) -> bytes:
+    """The general SSE case: several `data:` lines joined by newlines; other fields are ignored."""
+    lines = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            lines.append(value[1:] if value.startswith(b" ") else value)
+    return b"\n".join(lines)
+
+
+def _error_text(error: object) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error)
