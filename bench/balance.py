@@ -28,7 +28,8 @@ from client.core.payload import SamplingSettings
 from client.core.stats import EndpointCounters, RunStats
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.startup import check_reachable
-from client.local.sink import ResultSink, load_done_ids
+from client.local.ledger import read_done_ids
+from client.local.sink import ResultSink
 from client.local.source import PromptSource
 from client.run.swarm import Swarm
 from client.wire.endpoint import Endpoint
@@ -70,7 +71,7 @@ async def run_policy(policy: str, urls: list[str], prompts: Path, out: Path, max
         dispatcher = RoundRobin(endpoints) if policy == "round-robin" else Dispatcher(endpoints, DispatchSettings())
         stats = RunStats()
         stats.endpoints = counters
-        done, _ = load_done_ids(out / "segments")
+        done, _ = read_done_ids(out / "segments")
         sink = ResultSink(out, run_id=policy)
         swarm = Swarm(endpoints=endpoints, source=PromptSource([prompts], done), sink=sink, stats=stats,
                       settings=SamplingSettings(max_tokens=max_tokens), model=MODEL, dispatcher=dispatcher)

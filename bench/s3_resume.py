@@ -4,7 +4,7 @@ A moto S3 server (subprocess on 127.0.0.1) is filled with what a run leaves behi
 manifests listing S segments, each with its gzip id index (the segment bodies are not stored: resume
 never reads them). Then, for an empty --out, the real start-up path (`client.s3.resume.start`: bucket
 check, manifests, every id index, the scan for unuploaded local segments) is timed; the
-baseline is the local resume (`client.local.sink.load_done_ids`) over the same ids held as local `.ids`
+baseline is the local resume (`client.local.ledger.read_done_ids`) over the same ids held as local `.ids`
 sidecars. Both build the same done-id set. moto is a single Python process, so against AWS S3 (which
 answers the 32 parallel GETs independently) the S3 figure is an upper bound.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import boto3
 
-from client.local.sink import load_done_ids
+from client.local.ledger import read_done_ids
 from client.s3.manifest import Manifest, SegmentEntry, encode_ids, ids_key, manifest_key, segment_key
 from client.s3.resume import start
 from client.s3.store import S3Store, S3Url
@@ -107,7 +107,7 @@ def time_local(chunks: list[list[str]], root: Path, expected: int) -> float:
         (segments / f"seg-{number:05d}.jsonl").write_bytes(b"")
         (segments / f"seg-{number:05d}.ids").write_bytes("\n".join(ids).encode() + b"\n")
     began = time.perf_counter()
-    done, _ = load_done_ids(segments)
+    done, _ = read_done_ids(segments)
     elapsed = time.perf_counter() - began
     assert len(done) == expected
     return elapsed

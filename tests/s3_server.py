@@ -31,6 +31,8 @@ from typing import Any
 
 import orjson
 
+from client.core.ids import decode_ledger
+
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "regen-test"
 FAKE_AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -194,7 +196,7 @@ def read_s3_results(server: S3Server, bucket: str, prefix: str) -> list[dict[str
                     parsed.append(orjson.loads(line))
                 except orjson.JSONDecodeError as exc:  # pragma: no cover - the assertion is the point
                     raise AssertionError(f"{entry['key']}:{number} is not valid JSON: {line[:100]!r}") from exc
-            assert [r["id"] for r in parsed] == gzip.decompress(ids_blob).decode().splitlines(), entry["key"]
+            assert [r["id"] for r in parsed] == decode_ledger(gzip.decompress(ids_blob)), entry["key"]
             assert len(parsed) == entry["records"], entry["key"]
             assert sum(r["usage"]["completion_tokens"] for r in parsed) == entry["completion_tokens"], entry["key"]
             listed.update((prefix + entry["key"], prefix + entry["ids_key"]))

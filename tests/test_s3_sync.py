@@ -15,14 +15,15 @@ from typing import Any
 import orjson
 import pytest
 
+from client.core.durations import format_duration
 from client.core.errors import ConfigError
+from client.core.ids import decode_ledger, shard_of
 from client.local.sink import ClosedSegment, ResultSink
 from client.local.source import Shard
 from client.s3.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, manifest_key, multipart_etag
 from client.s3.resume import fetch_ids, start
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
-from client.s3.uploader import BodyReader, ManifestConflict, PendingSegment, SegmentUploader, format_age
-from client.status.main import shard_of
+from client.s3.uploader import BodyReader, ManifestConflict, PendingSegment, SegmentUploader
 from tests.s3_server import BUCKET, FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
 
 pytestmark = pytest.mark.s3
@@ -109,8 +110,8 @@ def test_manifest_round_trip_and_ids_codec() -> None:
 
 @pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (59, "59s"), (61, "1m01s"), (3600, "1h00m"),
                                                (7322, "2h02m")])
-def test_format_age(seconds: float, text: str) -> None:
-    assert format_age(seconds) == text
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
 
 
 @pytest.mark.parametrize(("size", "part", "gzipped", "parts"), [
@@ -268,7 +269,7 @@ async def test_start_reads_s3_ids_filters_overlap_and_cleans_up(tmp_path: Path, 
     assert [p.name for p in found.pending] == [mine.path.stem] and found.dropped
     kept = [orjson.loads(line)["id"] for line in mine.path.read_bytes().splitlines()]
     assert kept == [f"r{i:06d}" for i in range(100, 130)], "lines already in S3 were dropped before upload"
-    assert mine.ids_path.read_text().split() == kept and found.pending[0].records == 30
+    assert decode_ledger(mine.ids_path.read_bytes()) == kept and found.pending[0].records == 30
 
 
 async def test_start_deletes_uploaded_local_segments_when_asked(tmp_path: Path, store: S3Store) -> None:

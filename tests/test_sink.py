@@ -10,7 +10,9 @@ import orjson
 import pytest
 
 from client.core.errors import ConfigError, SinkError
-from client.local.sink import ClosedSegment, ResultSink, load_done_ids, repair_torn_tail
+from client.core.ids import decode_ledger
+from client.local.ledger import read_done_ids, repair_torn_tail
+from client.local.sink import ClosedSegment, ResultSink
 
 
 def record(i: int) -> Any:
@@ -44,9 +46,9 @@ def test_rotation_by_size_writes_sidecars_and_reports(tmp_path: Path) -> None:
     assert len(segments) == len(closed) > 2
     assert sum(c.records for c in closed) == 20
     for segment in segments:
-        ids = segment.with_suffix(".ids").read_text().split()
+        ids = decode_ledger(segment.with_suffix(".ids").read_bytes())
         assert ids == [orjson.loads(line)["id"] for line in segment.read_bytes().splitlines()]
-    done, report = load_done_ids(tmp_path / "segments")
+    done, report = read_done_ids(tmp_path / "segments")
     assert done == {f"r{i}" for i in range(20)} and report.records == 20
 
 
@@ -59,7 +61,7 @@ def test_crashed_segment_is_repaired_and_indexed(tmp_path: Path) -> None:
     segment = next((tmp_path / "segments").glob("*.jsonl"))
     with segment.open("ab") as handle:
         handle.write(b'{"id":"r3","messages":[')
-    done, report = load_done_ids(tmp_path / "segments")
+    done, report = read_done_ids(tmp_path / "segments")
     assert done == {"r0", "r1", "r2"}
     assert report.repaired_bytes > 0
     assert segment.with_suffix(".ids").exists()
@@ -90,5 +92,5 @@ def test_full_disk_raises_sink_error_and_stops_writing(tmp_path: Path) -> None:
     sink.close()
     segment = next((tmp_path / "segments").glob("*.jsonl"))
     assert not segment.with_suffix(".ids").exists(), "a failed segment must be rescanned, not trusted"
-    done, _ = load_done_ids(tmp_path / "segments")
+    done, _ = read_done_ids(tmp_path / "segments")
     assert done == {"r0"}

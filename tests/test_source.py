@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from client.core.errors import InputError
-from client.local.source import PromptSource, Shard, count_remaining, leading_id
+from client.core.ids import leading_id
+from client.local.source import PromptSource, Shard, count_remaining
 
 GOOD = {"id": "a", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -1,13 +1,12 @@
 """The audit's streaming pass: one small update per result record, then a frozen summary.
 
 Memory stays flat in the number of records: lengths go into an `array('i')` and ids into an
-`array('q')` of 64-bit hashes; the exactly-once check sorts and merges the hashes of the results and of
+`array('Q')` of 64-bit hashes; the exactly-once check sorts and merges the hashes of the results and of
 the prompt set, and only when something is wrong does a second, id-only pass name a few examples.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from array import array
 from collections import Counter
@@ -19,15 +18,12 @@ from typing import Any
 import orjson
 
 from client.core.errors import ConfigError
-from client.local.source import leading_id
+from client.core.ids import id_hash, leading_id
 from client.results.reader import ReadReport, iter_lines, iter_records
 from client.results.rules import is_stub, token_parts, tool_call_problem, tool_schemas, usage_int
 
 EXAMPLES = 5
 
-
-def id_hash(prompt_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(prompt_id.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 @dataclass
@@ -45,8 +41,8 @@ class Scan:
     short_tokens: int
     records: int = 0
     lengths: array[int] = field(default_factory=lambda: array("i"))
-    ids: array[int] = field(default_factory=lambda: array("q"))  # per prompt: a finished conversation counts once
-    event_ids: array[int] = field(default_factory=lambda: array("q"))  # --turns all: every event
+    ids: array[int] = field(default_factory=lambda: array("Q"))  # per prompt: a finished conversation counts once
+    event_ids: array[int] = field(default_factory=lambda: array("Q"))  # --turns all: every event
     finish: Counter[str] = field(default_factory=Counter)
     stub_pattern: int = 0
     short: int = 0

@@ -21,6 +21,7 @@ import orjson
 from rich.console import Console
 
 from client.core.errors import ConfigError, RegenError, SinkError
+from client.core.ids import leading_id
 from client.core.payload import SamplingSettings
 from client.estimate.calibrate import CalibrationRun, FleetOptions, calibrate
 from client.estimate.measure import Measurements, measure
@@ -30,7 +31,6 @@ from client.estimate.report import render
 from client.estimate.sample import Census, allocate, census, draw, write_records
 from client.fleet.startup import parse_endpoints
 from client.local.sink import ResultSink, new_run_id
-from client.local.source import leading_id
 from client.results.reader import ReadReport, iter_lines
 
 EXIT_OK, EXIT_NO_PROJECTION, EXIT_CONFIG, EXIT_SINK, EXIT_INTERRUPTED = 0, 1, 2, 4, 130

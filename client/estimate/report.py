@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from client.core.durations import format_duration
 from client.estimate.model import Interval
 from client.estimate.project import Projection
-from client.run.console import format_duration
 
 
 def tokens(value: float) -> str:

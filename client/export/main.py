@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
 import sys
 from collections import Counter
@@ -24,6 +23,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from client.core.errors import ConfigError
+from client.core.ids import id_hash
 from client.export.render import ChatTokenizer, RenderError, render_record
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import usage_int
@@ -132,7 +132,7 @@ def export(location: str, tok: ChatTokenizer, out: Path, *, drop_truncated: bool
         for item, record in iter_records(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
             where = f"{item.where}:{item.line}: {record['id']}"
             report.records += 1
-            key = int.from_bytes(hashlib.blake2b(record["id"].encode(), digest_size=8).digest(), "little")
+            key = id_hash(record["id"])
             if key in seen:
                 report.duplicates += 1
                 report.note("duplicate id", where, "id already exported from an earlier line; left out")

@@ -5,9 +5,8 @@ Layout under --out:
     segments/<name>.ids     the segment's ids, one per line, written when the segment is closed
     failures/failures-<run>.jsonl   FailureRecord lines of one run (retried on the next run)
 
-A segment is never appended to after its run closes it (or crashes): a new run opens new segments. On
-start-up a segment without its `.ids` sidecar is the one a crash left open; its torn last line (if any)
-is cut off, its ids are read, and the sidecar is written.
+A segment is never appended to after its run closes it (or crashes): a new run opens new segments. Reading
+the ledger back at start-up (and repairing what a crash left) is client.local.ledger's.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import orjson
 
 from client.core.errors import ConfigError, SinkError
 from client.core.records import FailureRecord, ResultRecord
-from client.local.source import record_id
+from client.local.ledger import write_ids
 
 SEGMENTS_DIR = "segments"
 FAILURES_DIR = "failures"
@@ -38,83 +37,6 @@ class ClosedSegment:
     records: int
     size: int
     completion_tokens: int = 0
-
-
-@dataclass
-class ScanReport:
-    segments: int = 0
-    records: int = 0
-    repaired_bytes: int = 0
-    corrupt_lines: int = 0
-    duplicate_ids: int = 0
-
-
-def repair_torn_tail(path: Path) -> int:
-    """Cut a last line that lacks its newline (a write cut short by a crash). Returns bytes removed."""
-    size = path.stat().st_size
-    if size == 0:
-        return 0
-    with path.open("rb+") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return 0
-        block = 1 << 16
-        position = size
-        while position > 0:
-            start = max(0, position - block)
-            handle.seek(start)
-            chunk = handle.read(position - start)
-            cut = chunk.rfind(b"\n")
-            if cut >= 0:
-                keep = start + cut + 1
-                handle.truncate(keep)
-                return size - keep
-            position = start
-        handle.truncate(0)
-        return size
-
-
-def scan_segment_ids(path: Path, report: ScanReport) -> list[str]:
-    ids: list[str] = []
-    with path.open("rb") as handle:
-        for raw in handle:
-            prompt_id = record_id(raw)
-            if prompt_id is None:
-                report.corrupt_lines += 1
-                continue
-            ids.append(prompt_id)
-    return ids
-
-
-def write_ids(ids_path: Path, ids: list[str]) -> None:
-    temporary = ids_path.with_suffix(".ids.tmp")
-    with temporary.open("wb") as handle:
-        handle.write(b"".join(i.encode() + b"\n" for i in ids))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, ids_path)
-
-
-def load_done_ids(segments: Path) -> tuple[set[str], ScanReport]:
-    """Read the done-ID ledger from every segment, repairing what a crash left behind."""
-    report = ScanReport()
-    done: set[str] = set()
-    if not segments.is_dir():
-        return done, report
-    for path in sorted(segments.glob("*.jsonl")):
-        report.segments += 1
-        ids_path = path.with_suffix(".ids")
-        if ids_path.exists():
-            ids = ids_path.read_bytes().decode().splitlines()
-        else:
-            report.repaired_bytes += repair_torn_tail(path)
-            ids = scan_segment_ids(path, report)
-            write_ids(ids_path, ids)
-        report.records += len(ids)
-        before = len(done)
-        done.update(ids)
-        report.duplicate_ids += len(ids) - (len(done) - before)
-    return done, report
 
 
 def _write_all(handle: BinaryIO, data: bytes) -> None:

@@ -8,7 +8,6 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -17,11 +16,9 @@ from pathlib import Path
 import orjson
 
 from client.core.errors import InputError
+from client.core.ids import leading_id, line_id, shard_of
 from client.core.records import Prompt
 from prompts.schema import validate_prompt
-
-# Matches the id when it is the record's first key, as in our own files and most exports.
-_LEADING_ID = re.compile(rb'\A\s*\{\s*"id"\s*:\s*"([^"\\]*)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +51,7 @@ class Shard:
     def owns(self, prompt_id: str) -> bool:
         if self.count == 1:
             return True
-        digest = hashlib.blake2b(prompt_id.encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big") % self.count == self.index
+        return shard_of(prompt_id, self.count) == self.index
 
     @property
     def label(self) -> str:
@@ -74,24 +70,6 @@ class SourceCounts:
     yielded: int = 0
     problems: list[InputProblem] = field(default_factory=list)
 
-
-def leading_id(line: bytes) -> str | None:
-    match = _LEADING_ID.match(line)
-    return match.group(1).decode() if match else None
-
-
-def record_id(line: bytes) -> str | None:
-    """The string `id` of a raw JSON line: read from its start when it is the first key, else parsed.
-    None when the line is not a JSON object with a string id."""
-    found = leading_id(line)
-    if found is not None:
-        return found
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    value = obj.get("id") if isinstance(obj, dict) else None
-    return value if isinstance(value, str) else None
 
 
 class PromptSource:
@@ -192,7 +170,7 @@ def count_remaining(paths: Iterable[Path], done_ids: set[str], shard: Shard | No
     for path in paths:
         with path.open("rb") as handle:
             for raw in handle:
-                prompt_id = record_id(raw) if raw.strip() else None
+                prompt_id = line_id(raw) if raw.strip() else None
                 if prompt_id is None or prompt_id in done_ids or prompt_id in seen or not shard.owns(prompt_id):
                     continue
                 seen.add(prompt_id)

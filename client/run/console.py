@@ -15,23 +15,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from client.core.durations import format_duration
 from client.core.stats import StatsSnapshot
 
 _STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h{minutes:02d}m"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s"
 
 
 def _rate(value: float) -> str:

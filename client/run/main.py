@@ -22,7 +22,8 @@ from client.core.loop import run_async
 from client.core.stats import EndpointCounters, RunStats, StatsSnapshot
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
-from client.local.sink import ResultSink, load_done_ids, new_run_id
+from client.local.ledger import read_done_ids
+from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource, Shard, count_remaining
 from client.results.reader import iter_records
 from client.run.cli import build_parser, settings_from
@@ -71,7 +72,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 
-    done_ids, scan = load_done_ids(out / "segments")
+    done_ids, scan = read_done_ids(out / "segments")
     if scan.segments:
         repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
         corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from client.core.durations import format_duration
 from client.core.stats import StatsSnapshot
 from client.local.source import SourceCounts
-from client.run.console import format_duration, say
+from client.run.console import say
 from client.run.swarm import SwarmOutcome
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import orjson
 
-from client.local.source import Shard, leading_id
+from client.core.ids import leading_id, line_id
+from client.local.ledger import read_ids
+from client.local.source import Shard
 from client.run.conversation import parse_event_id, turn_positions
 
 
@@ -33,9 +35,9 @@ class TurnLedger:
 def _segment_ids(segment: Path) -> list[str]:
     ids_path = segment.with_suffix(".ids")
     if ids_path.exists():
-        return ids_path.read_bytes().decode().splitlines()
+        return read_ids(ids_path)
     with segment.open("rb") as handle:
-        return [value for value in (leading_id(line) for line in handle) if value is not None]
+        return [value for value in map(line_id, handle) if value is not None]
 
 
 def load_turn_ledger(done_ids: Iterable[str], segments_dir: Path) -> TurnLedger:
@@ -56,7 +58,7 @@ def load_turn_ledger(done_ids: Iterable[str], segments_dir: Path) -> TurnLedger:
                 continue
             with segment.open("rb") as handle:
                 for line in handle:
-                    found = leading_id(line)
+                    found = line_id(line)
                     if found is not None and found in needed:
                         ledger.latest[needed.pop(found)] = orjson.loads(line)
             if not needed:

@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from client.core.ids import decode_ledger, encode_ledger
+
 SEGMENTS_PREFIX = "segments/"
 MANIFESTS_PREFIX = "manifests/"
 FORMAT = 1
@@ -45,11 +47,11 @@ def writer_name(host: str, shard_label: str) -> str:
 
 def encode_ids(ids: Iterable[str]) -> bytes:
     # mtime=0: the same ids give the same bytes, so a re-upload has the same checksum.
-    return gzip.compress(b"".join(i.encode() + b"\n" for i in ids), compresslevel=6, mtime=0)
+    return gzip.compress(encode_ledger(ids), compresslevel=6, mtime=0)
 
 
 def decode_ids(blob: bytes) -> list[str]:
-    return gzip.decompress(blob).decode().splitlines()
+    return decode_ledger(gzip.decompress(blob))
 
 
 def single_etag(md5_digest: bytes) -> str:

@@ -23,8 +23,8 @@ from pathlib import Path
 import orjson
 
 from client.core.errors import ConfigError
-from client.local.sink import write_ids
-from client.local.source import leading_id
+from client.core.ids import line_id
+from client.local.ledger import read_ids, write_ids
 from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids
 from client.s3.store import S3Error, S3Store
 from client.s3.uploader import PendingSegment
@@ -64,15 +64,7 @@ async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
 
 
 def _ids_from_segment(data: bytes) -> list[str]:
-    ids = []
-    for line in data.splitlines():
-        prompt_id = leading_id(line)
-        if prompt_id is None:
-            with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
-                prompt_id = orjson.loads(line)["id"]
-        if isinstance(prompt_id, str):
-            ids.append(prompt_id)
-    return ids
+    return [prompt_id for prompt_id in map(line_id, data.split(b"\n")) if prompt_id is not None]
 
 
 async def fetch_ids(store: S3Store, entry: SegmentEntry) -> list[str]:
@@ -88,7 +80,7 @@ async def fetch_ids(store: S3Store, entry: SegmentEntry) -> list[str]:
     return await asyncio.to_thread(_ids_from_segment, data)
 
 
-async def load_done_ids(store: S3Store, entries: Sequence[SegmentEntry], done: set[str],
+async def fetch_done_ids(store: S3Store, entries: Sequence[SegmentEntry], done: set[str],
                         watch: frozenset[str] = frozenset(),
                         concurrency: int = FETCH_CONCURRENCY) -> tuple[int, set[str]]:
     """Add the ids of `entries` to `done`; returns (ids added, which of `watch` were seen)."""
@@ -115,7 +107,7 @@ async def load_done_ids(store: S3Store, entries: Sequence[SegmentEntry], done: s
 def pending_from_disk(path: Path) -> PendingSegment:
     """A closed local segment as the uploader needs it (blocking: call in a thread)."""
     ids_path = path.with_suffix(".ids")
-    records = len(ids_path.read_bytes().splitlines())
+    records = len(read_ids(ids_path))
     tokens = 0
     with path.open("rb") as handle:
         for line in handle:
@@ -135,14 +127,11 @@ def drop_ids(segment: PendingSegment, drop: set[str]) -> PendingSegment | None:
     temporary = segment.path.with_suffix(".jsonl.tmp")
     with segment.path.open("rb") as source, temporary.open("wb") as target:
         for line in source:
-            prompt_id = leading_id(line)
-            if prompt_id is None:
-                with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
-                    prompt_id = orjson.loads(line)["id"]
+            prompt_id = line_id(line)
             if prompt_id in drop:
                 continue
             target.write(line)
-            if isinstance(prompt_id, str):
+            if prompt_id is not None:
                 kept_ids.append(prompt_id)
         target.flush()
         os.fsync(target.fileno())
@@ -165,7 +154,7 @@ def _local_state(segments_dir: Path, uploaded: set[str]) -> tuple[list[Path], di
             continue
         segment = pending_from_disk(path)
         if segment.records:
-            pending[segment] = set(segment.ids_path.read_bytes().decode().splitlines())
+            pending[segment] = set(read_ids(segment.ids_path))
     return local, pending
 
 
@@ -199,7 +188,7 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     local_names = {path.stem for path in local}
     remote = [entry for name, entry in entries.items() if name not in local_names]
     result.s3_segments = len(remote)
-    result.s3_ids_added, overlap = await load_done_ids(store, remote, done, watch_ids)
+    result.s3_ids_added, overlap = await fetch_done_ids(store, remote, done, watch_ids)
 
     for segment, ids in pending.items():
         duplicates = ids & overlap

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from client.core.durations import format_duration
 from client.core.errors import ManifestConflict, RegenError
+from client.core.ids import decode_ledger
 from client.local.sink import ClosedSegment
 from client.s3.manifest import (
     Manifest,
@@ -111,7 +113,7 @@ class BodyReader:
 
 
 def _read_ids_blob(path: Path) -> bytes:
-    return encode_ids(path.read_bytes().decode().splitlines())
+    return encode_ids(decode_ledger(path.read_bytes()))
 
 
 def _delete_local(segment: PendingSegment) -> None:
@@ -123,14 +125,6 @@ def _delete_local(segment: PendingSegment) -> None:
 async def _wait_for(event: asyncio.Event) -> None:
     await event.wait()
 
-
-def format_age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class SegmentUploader:
@@ -192,7 +186,7 @@ class SegmentUploader:
             return f"up to date ({self.uploaded} uploaded)"
         size = sum(s.size for s in self._pending.values())
         oldest = min(s.closed_at for s in self._pending.values())
-        text = (f"{len(self._pending)} seg {size / 1e6:.1f} MB pending, oldest {format_age(time.time() - oldest)}")
+        text = (f"{len(self._pending)} seg {size / 1e6:.1f} MB pending, oldest {format_duration(time.time() - oldest)}")
         return text + (f"; retrying: {self.last_error[:80]}" if self.last_error else "")
 
     def report(self) -> SyncReport:

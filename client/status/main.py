@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 import time
 from collections import Counter
@@ -22,12 +21,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from client.core.durations import format_duration
 from client.core.errors import ConfigError
-from client.local.source import leading_id
+from client.core.ids import leading_id, shard_of
 from client.s3.manifest import Manifest
 from client.s3.resume import read_manifests
 from client.s3.store import S3Error, S3Store, S3Url
-from client.s3.uploader import format_age
 
 
 @dataclass
@@ -53,11 +52,6 @@ class ShardRow:
         limit = 3 * self.sync_interval_s + 60
         return "running" in self.states and self.sync_interval_s > 0 and now - self.updated > limit
 
-
-def shard_of(prompt_id: str, count: int) -> int:
-    """The shard K of N that `Shard(K, N).owns(prompt_id)`: the same stable hash."""
-    digest = hashlib.blake2b(prompt_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % count
 
 
 def count_prompts(paths: Iterable[Path], shard_counts: set[int]) -> tuple[int, dict[int, Counter[int]]]:
@@ -128,7 +122,7 @@ def render(url: S3Url, rows: list[ShardRow], total_prompts: int | None, now: flo
     for column in ("shard", "writers", "state", "segments", "done", "failed", "tokens", "remaining", "last upload"):
         table.add_column(column, justify="left" if column in ("shard", "writers", "state", "last upload") else "right")
     for r in rows:
-        age = "never" if r.last_upload is None else f"{format_age(now - r.last_upload)} ago"
+        age = "never" if r.last_upload is None else f"{format_duration(now - r.last_upload)} ago"
         fresh = Text(age, style="red") if r.stale(now) else Text(age)
         if r.stale(now):
             fresh.append(" (stale)", style="red")
