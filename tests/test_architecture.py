@@ -1,0 +1,64 @@
+"""The layering is checked, not just described: import-linter's contracts in pyproject.toml must hold,
+a reversed contract must break (so the check can fail), and every module says what it owns."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+MAX_MODULE_LINES = 450  # "about 400": a little slack, never a second responsibility
+
+
+def lint_imports(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(config), "--no-cache"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_layers_import_only_downward() -> None:
+    result = lint_imports(REPO / "pyproject.toml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "client layers import only downward KEPT" in result.stdout
+
+
+def test_a_reversed_layer_contract_is_reported_broken(tmp_path: Path) -> None:
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = settings["contracts"][0]["layers"]
+    # core above wire: wire imports core, so this contract must break.
+    reversed_layers = [*layers[:-2], layers[-1], layers[-2]]
+    config = tmp_path / "reversed.toml"
+    config.write_text(
+        '[tool.importlinter]\nroot_packages = ["client"]\n\n'
+        '[[tool.importlinter.contracts]]\nname = "reversed"\ntype = "layers"\n'
+        f"layers = {reversed_layers!r}\n".replace("'", '"'))
+    result = lint_imports(config)
+    assert result.returncode != 0
+    assert "reversed BROKEN" in result.stdout
+    assert "client.wire" in result.stdout and "client.core" in result.stdout
+
+
+def _modules() -> list[Path]:
+    return sorted(p for root in ("client", "launch", "prompts") for p in (REPO / root).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_module_has_a_docstring_and_stays_small(path: Path) -> None:
+    source = path.read_text()
+    assert ast.get_docstring(ast.parse(source)), f"{path.relative_to(REPO)} needs a docstring saying what it owns"
+    lines = source.count("\n")
+    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(REPO)} has {lines} lines; split it by responsibility"
+
+
+def test_every_client_layer_is_in_the_contract() -> None:
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    named = {name.strip() for layer in settings["contracts"][0]["layers"] for name in layer.split("|")}
+    packages = {f"client.{p.name}" for p in (REPO / "client").iterdir() if (p / "__init__.py").exists()}
+    assert packages == named, "a new package under client/ must take its place in the layer contract"
+    stray = [p.name for p in (REPO / "client").glob("*.py") if p.name != "__init__.py"]
+    assert not stray, f"modules belong in a layer package, not at the top of client/: {stray}"
