@@ -21,6 +21,7 @@ from rich.table import Table
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, scan_results
 from client.core.errors import ConfigError
+from client.core.options import add_s3_endpoint_url
 from client.results.reader import ReadReport
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -238,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts", action="append", metavar="FILE", type=Path,
                         help="the prompt set, for the exactly-once check (missing, duplicated, unknown ids); repeat")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
-    parser.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
+    add_s3_endpoint_url(parser)
     parser.add_argument("--histogram", metavar="FILE.png", type=Path, help="write a PNG histogram of the lengths")
     limits = Thresholds()
     parser.add_argument("--short-tokens", type=int, default=limits.short_tokens, metavar="N",

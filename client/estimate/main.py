@@ -22,6 +22,7 @@ from rich.console import Console
 
 from client.core.errors import ConfigError, RegenError, SinkError
 from client.core.ids import leading_id
+from client.core.options import DEFAULT_MAX_IN_FLIGHT, add_s3_endpoint_url, positive_int
 from client.core.payload import SamplingSettings
 from client.estimate.calibrate import CalibrationRun, FleetOptions, calibrate
 from client.estimate.measure import Measurements, measure
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     way.add_argument("--model", help="model to request (default: the one the servers list)")
     way.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
                      help="bearer token (default: $REGEN_API_KEY)")
-    way.add_argument("--max-in-flight", type=int, default=1024, metavar="N",
+    way.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                      help="connection cap per endpoint; the balancer keeps each server at its capacity "
                           "(default: %(default)s)")
     way.add_argument("--wait-ready", type=float, default=0.0, metavar="SECONDS",
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="interval of the progress line on stderr (default: %(default)s)")
     past = parser.add_argument_group("projection from a partial run")
     past.add_argument("--from-results", metavar="DIR|s3://...", help="read these results instead of sending a sample")
-    past.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
+    add_s3_endpoint_url(past)
     plan = parser.add_argument_group("the planned run")
     defaults = SamplingSettings()
     plan.add_argument("--max-tokens", type=int, default=defaults.max_tokens,

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from client.core.errors import ConfigError
 from client.core.ids import id_hash
+from client.core.options import add_s3_endpoint_url
 from client.export.render import ChatTokenizer, RenderError, render_record
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import usage_int
@@ -195,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep rows whose token counts differ from the server's (still reported)")
     parser.add_argument("--row-group-size", type=int, default=2048, metavar="N",
                         help="rows per parquet row group (default: %(default)s)")
-    parser.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
+    add_s3_endpoint_url(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     return parser
 

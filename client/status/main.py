@@ -24,6 +24,7 @@ from rich.text import Text
 from client.core.durations import format_duration
 from client.core.errors import ConfigError
 from client.core.ids import leading_id, shard_of
+from client.core.options import add_s3_endpoint_url
 from client.s3.manifest import Manifest
 from client.s3.resume import read_manifests
 from client.s3.store import S3Error, S3Store, S3Url
@@ -147,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client.status", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--s3", required=True, metavar="s3://BUCKET/PREFIX", help="the prefix the clients sync to")
-    parser.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
+    add_s3_endpoint_url(parser)
     parser.add_argument("--prompts", action="append", metavar="FILE",
                         help="the run's prompt file(s), to count what remains; repeat for several")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -1,0 +1,72 @@
+"""Command-line pieces every tool shares: value checkers that turn a bad option into a one-line
+argparse error (exit 2, never a traceback), the options defined once for all tools, and shared defaults."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+# One default for every tool that talks to the fleet (the run, the estimate's calibration).
+DEFAULT_MAX_IN_FLIGHT = 512
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def float_in(low: float, high: float) -> Callable[[str], float]:
+    """A checker for a number in [low, high]."""
+
+    def check(text: str) -> float:
+        value = _number(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}, got {text}")
+        return value
+
+    return check
+
+
+def add_s3_endpoint_url(group: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    group.add_argument("--s3-endpoint-url", metavar="URL",
+                       help="an S3-compatible store (MinIO, Ceph, R2, ...) instead of AWS S3")

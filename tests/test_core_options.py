@@ -1,0 +1,50 @@
+"""The shared option checkers: every bad value is a one-line argparse error, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from client.core.options import float_in, non_negative_float, non_negative_int, positive_float, positive_int
+
+Checker = Callable[[str], Any]
+
+
+@pytest.mark.parametrize(("check", "text", "value"), [
+    (positive_int, "1", 1), (positive_int, "512", 512), (non_negative_int, "0", 0),
+    (positive_float, "0.5", 0.5), (non_negative_float, "0", 0.0), (float_in(0, 2), "2", 2.0),
+    (float_in(0, 1), "0", 0.0),
+])
+def test_accepts(check: Checker, text: str, value: Any) -> None:
+    assert check(text) == value
+
+
+@pytest.mark.parametrize(("check", "text", "message"), [
+    (positive_int, "0", "must be at least 1, got 0"),
+    (positive_int, "-4", "must be at least 1, got -4"),
+    (positive_int, "1.5", "not a whole number: '1.5'"),
+    (non_negative_int, "-1", "must be 0 or more, got -1"),
+    (positive_float, "0", "must be above 0, got 0"),
+    (positive_float, "nan", "must be a finite number, got nan"),
+    (positive_float, "inf", "must be a finite number, got inf"),
+    (positive_float, "fast", "not a number: 'fast'"),
+    (non_negative_float, "-0.1", "must be 0 or more, got -0.1"),
+    (float_in(0, 2), "-1", "must be between 0 and 2, got -1"),
+    (float_in(0, 1), "5", "must be between 0 and 1, got 5"),
+])
+def test_refuses_with_a_message(check: Checker, text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        check(text)
+    assert str(caught.value) == message
+
+
+def test_a_refusal_reaches_the_user_as_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="tool")
+    parser.add_argument("--top-p", type=float_in(0, 1))
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--top-p", "5"])
+    assert exited.value.code == 2
+    assert "argument --top-p: must be between 0 and 1, got 5" in capsys.readouterr().err
