@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from client.core.errors import ConnectFailed, StreamDropped, StreamStalled
-from client.wire.transport import StreamingTransport, _Connection
+from client.wire.http1 import Connection
+from client.wire.transport import StreamingTransport
 
 
 class FakeTransport:
@@ -48,7 +49,7 @@ async def test_framing_at_every_split(name: str, wire: bytes, status: int, body:
     for cut in range(1, len(wire)):
         for pieces in ([wire[:cut], wire[cut:]], [wire[i:i + 3] for i in range(0, len(wire), 3)]):
             received: list[bytes] = []
-            connection = _Connection(loop)
+            connection = Connection(loop)
             connection.connection_made(FakeTransport())  # type: ignore[arg-type]
             connection.start(b"GET / HTTP/1.1\r\n\r\n", received.append, idle_timeout=30)
             for piece in pieces:
@@ -64,7 +65,7 @@ async def test_framing_at_every_split(name: str, wire: bytes, status: int, body:
 
 
 async def test_bad_status_line_is_a_dropped_stream() -> None:
-    connection = _Connection(asyncio.get_running_loop())
+    connection = Connection(asyncio.get_running_loop())
     connection.connection_made(FakeTransport())  # type: ignore[arg-type]
     connection.start(b"x", lambda _: None, idle_timeout=30)
     connection.data_received(b"SSH-2.0-OpenSSH\r\n\r\n")

@@ -1,4 +1,4 @@
-"""The project's error tree, and the one place that maps transport exceptions onto it.
+"""The project's error tree, and the one place that maps library exceptions onto it.
 
     RegenError
     ├── ConfigError            bad options, unreachable fleet, unknown model, unwritable --out   (exit 2)
@@ -12,17 +12,33 @@
     └── AttemptError           one request attempt failed; decides whether to retry
         ├── RetryableError
         │   ├── ConnectFailed      the endpoint could not be reached
+        │   │   ├── TLSCertificateError  its certificate is not trusted (also a ConfigError)
+        │   │   └── ProxyFailed          the proxy in the way failed, not the server (also a ConfigError)
         │   ├── ServerError        HTTP 5xx
         │   ├── RateLimited        HTTP 429 (carries Retry-After)
         │   ├── StreamDropped      the connection ended before the stream was whole
+        │   │   └── ProtocolError  the response broke HTTP/1.1 framing, or its gzip body is corrupt
         │   ├── StreamStalled      no bytes within the idle timeout
         │   └── StreamErrorEvent   a `data: {"error": ...}` event mid-stream
         └── PermanentError
-            └── RequestRejected    HTTP 4xx other than 429: sending it again cannot help
+            ├── RequestRejected    HTTP 4xx other than 429: sending it again cannot help
+            ├── NotEventStream     a 200 whose Content-Type is not text/event-stream (e.g. a login page)
+            ├── NotJSON            a control-plane 200 (/v1/models, /v1/loads) whose body is not JSON
+            └── UnsupportedEncoding  a body in a Content-Encoding other than identity, gzip or deflate
+
+Library exceptions (OSError, ssl errors, httptools' parser errors, httpx errors, zlib and orjson decode
+errors) become these only through the `map_*` functions at the bottom of this module; the wire layer
+calls them and never builds a message from a library exception itself. TLSCertificateError and
+ProxyFailed are ConfigErrors too: mid-run they are retried like any failed connection, at start-up they
+stop the run with their own message instead of "cannot reach".
 """
 
 from __future__ import annotations
 
+import ssl
+import zlib
+
+import httptools
 import httpx
 
 
@@ -84,6 +100,14 @@ class ConnectFailed(RetryableError):
     pass
 
 
+class TLSCertificateError(ConnectFailed, ConfigError):
+    """The server's certificate failed verification; the message names the host, the reason and the fix."""
+
+
+class ProxyFailed(ConnectFailed, ConfigError):
+    """The proxy could not be reached or refused to carry the request; the message names the proxy."""
+
+
 class ServerError(RetryableError):
     pass
 
@@ -96,6 +120,10 @@ class RateLimited(RetryableError):
 
 class StreamDropped(RetryableError):
     pass
+
+
+class ProtocolError(StreamDropped):
+    """The response is not valid HTTP/1.1 (e.g. a chunk without its CRLF), or its compressed body is corrupt."""
 
 
 class StreamStalled(RetryableError):
@@ -114,6 +142,18 @@ class RequestRejected(PermanentError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+class NotEventStream(PermanentError):
+    """A streaming request got a 200 that is not an event stream: usually a proxy's or login page."""
+
+
+class NotJSON(PermanentError):
+    """A control-plane document that should be JSON is not (e.g. a login page)."""
+
+
+class UnsupportedEncoding(PermanentError):
+    """The server compressed the body in an encoding the client does not decode."""
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -136,17 +176,132 @@ def error_for_status(status: int, body: bytes, retry_after: str | None = None) -
     return RequestRejected(message, status)
 
 
-def map_transport_error(exc: BaseException, *, streaming: bool) -> AttemptError:
-    """Map an httpx exception (the control plane's requests) to our tree.
+def not_event_stream(where: str, content_type: str, body: bytes) -> NotEventStream:
+    first = body[:120].decode("utf-8", "replace")
+    return NotEventStream(f"{where} answered 200 with Content-Type {content_type}, not text/event-stream "
+                          f"(a proxy, gateway or login page in the way?); the body starts: {first!r}")
 
-    The phase decides: once a body has begun, a timeout is a stall and any other failure a dropped
-    stream; before it, a failure to get an answer means the endpoint cannot be reached.
+
+def map_json_error(exc: ValueError, where: str, content_type: str | None, body: bytes) -> NotJSON:
+    """orjson's decode error of a control-plane document."""
+    first = body[:120].decode("utf-8", "replace")
+    return NotJSON(f"{where} answered 200 with Content-Type {content_type or '(none)'} and a body that is not "
+                   f"JSON ({exc}); the body starts: {first!r}")
+
+
+def unsupported_encoding(where: str, encoding: str) -> UnsupportedEncoding:
+    return UnsupportedEncoding(f"{where} sent a body with Content-Encoding {encoding!r}, which the client cannot "
+                               "decode (it asks for identity and decodes gzip and deflate)")
+
+
+# -- the mapping of library exceptions -----------------------------------------------------------------------
+
+
+def _detail(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`exc` or the first exception of `kind` in its chain of causes (httpx wraps the ssl error twice)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _certificate_error(exc: BaseException, host_port: str) -> TLSCertificateError | None:
+    found = _find(exc, ssl.SSLCertVerificationError)
+    if not isinstance(found, ssl.SSLCertVerificationError):
+        return None
+    reason = found.verify_message or found.reason or _detail(found)
+    return TLSCertificateError(f"TLS certificate of {host_port} not trusted: {reason}; pass --ca-bundle FILE or "
+                               "set SSL_CERT_FILE (or --insecure to skip verification)")
+
+
+def map_connect_error(exc: BaseException, *, host: str, port: int, proxy: str | None = None) -> ConnectFailed:
+    """An OSError, ssl error or timeout while opening a connection to host:port.
+
+    `proxy` is the proxy's display URL when the failing step was reaching the proxy itself.
     """
-    detail = str(exc) or type(exc).__name__
-    if streaming:
-        if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout):
-            return StreamStalled(f"no bytes within the idle timeout ({type(exc).__name__})")
-        return StreamDropped(f"connection lost mid-stream: {detail}")
+    where = f"{host}:{port}"
+    certificate = _certificate_error(exc, where)
+    if certificate is not None:
+        return certificate
+    detail = "timed out" if isinstance(exc, TimeoutError) else _detail(exc)
+    if proxy is not None:
+        return ProxyFailed(f"cannot connect to proxy {proxy} (for {where}): {detail}; check --proxy or "
+                           "HTTP_PROXY/HTTPS_PROXY, or exempt the host with NO_PROXY")
+    if isinstance(exc, ssl.SSLError):
+        return ConnectFailed(f"TLS handshake with {where} failed: {exc.reason or detail}")
+    return ConnectFailed(f"cannot connect to {where}: {detail}")
+
+
+def proxy_refused(proxy: str, request: str, status: int | None, reason: str = "") -> ProxyFailed:
+    """The proxy answered `request` (e.g. "CONNECT host:443") with a non-2xx status, or (status None) closed
+    the connection or sent `reason` instead of an answer."""
+    if status is not None:
+        answer = f"answered {status} {reason}".rstrip()
+    else:
+        answer = f"sent {reason}" if reason else "closed the connection without an answer"
+    return ProxyFailed(f"proxy {proxy} {answer} to {request}; check --proxy or HTTP_PROXY/HTTPS_PROXY")
+
+
+def map_parse_error(exc: Exception, where: str) -> AttemptError:
+    """An httptools (llhttp) parser error. An AttemptError raised by our own callback (e.g. an SSE error
+    event) rides in its context and is returned as it is."""
+    if isinstance(exc, httptools.HttpParserCallbackError) and isinstance(exc.__context__, AttemptError):
+        return exc.__context__
+    if isinstance(exc, httptools.HttpParserInvalidStatusError):
+        return ProtocolError(f"malformed HTTP response from {where}: not an HTTP/1.x status line ({_detail(exc)})")
+    return ProtocolError(f"malformed HTTP response from {where}: {_detail(exc)}")
+
+
+def map_decode_error(exc: zlib.error, where: str, encoding: str) -> ProtocolError:
+    return ProtocolError(f"corrupt {encoding} body from {where}: {_detail(exc)}")
+
+
+def map_event_error(payload: bytes, exc: ValueError) -> StreamDropped:
+    """An SSE event whose data is not JSON (orjson's decode error)."""
+    return StreamDropped(f"malformed event ({exc}): {payload[:200]!r}")
+
+
+def map_connection_lost(exc: BaseException | None, where: str, *, before_response: bool) -> StreamDropped:
+    detail = f": {exc}" if exc else ""
+    if before_response:
+        return StreamDropped(f"{where} closed the connection before the response{detail}")
+    return StreamDropped(f"connection to {where} lost mid-stream{detail}")
+
+
+def map_httpx_error(exc: BaseException, *, where: str, host_port: str, proxy: str | None) -> AttemptError:
+    """An httpx exception of a control-plane request (health, models, loads), which wait for a whole body.
+
+    A read timeout means no answer in time; a failure to connect while a proxy is configured is the proxy's
+    (the proxy is the only host httpx dials then); a certificate failure is always named as one.
+    """
+    certificate = _certificate_error(exc, host_port)
+    if certificate is not None:
+        return certificate
+    detail = _detail(exc)
+    if isinstance(exc, httpx.ProxyError):
+        return ProxyFailed(f"proxy {proxy} refused to carry the request to {where}: {detail}")
+    if proxy is not None and isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return ProxyFailed(f"cannot connect to proxy {proxy} (for {host_port}): {detail}; check --proxy or "
+                           "HTTP_PROXY/HTTPS_PROXY, or exempt the host with NO_PROXY")
+    if isinstance(exc, httpx.RemoteProtocolError) and "without sending a response" in detail:
+        if proxy is not None:
+            return ProxyFailed(f"proxy {proxy} closed the connection without an answer to GET {where}; check "
+                               "--proxy or HTTP_PROXY/HTTPS_PROXY")
+        return StreamDropped(f"{where} closed the connection before the response")
     if isinstance(exc, httpx.ReadTimeout):
-        return StreamStalled(f"no response headers within the idle timeout: {detail}")
-    return ConnectFailed(f"cannot reach the endpoint: {detail}")
+        return StreamStalled(f"no answer from {where} within the time limit")
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.DecodingError):
+        return ProtocolError(f"malformed HTTP response from {where}: {detail}")
+    return ConnectFailed(f"cannot reach {where}: {detail}")
+
+
+def map_ca_bundle_error(exc: OSError | ssl.SSLError, path: str) -> ConfigError:
+    return ConfigError(f"--ca-bundle {path}: cannot load CA certificates: {exc.strerror or _detail(exc)}")

@@ -13,7 +13,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from client.core.errors import AttemptError
@@ -25,6 +25,7 @@ from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource
 from client.run.console import show_progress
 from client.run.swarm import RetryPolicy, Swarm
+from client.wire.connect import NetworkOptions
 from client.wire.endpoint import Endpoint
 from client.wire.loads import LOAD_SOURCES, LoadFormatError
 
@@ -39,6 +40,7 @@ class FleetOptions:
     max_in_flight: int
     wait_ready: float
     max_attempts: int
+    network: NetworkOptions = field(default_factory=NetworkOptions)  # --ca-bundle, --insecure, --proxy
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,7 @@ async def calibrate(fleet: FleetOptions, settings: SamplingSettings, out: Path,
     """Check the fleet, ask `make_sample(fleet slots)` for the sample file, and run it into `out`."""
     stats = RunStats()
     endpoints = [Endpoint(url, EndpointCounters(url=url, index=i), max_in_flight=fleet.max_in_flight,
-                          api_key=fleet.api_key) for i, url in enumerate(fleet.urls)]
+                          api_key=fleet.api_key, network=fleet.network) for i, url in enumerate(fleet.urls)]
     stats.endpoints = [e.counters for e in endpoints]
     try:
         await check_reachable(endpoints, fleet.wait_ready)

@@ -54,6 +54,9 @@ async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float) -> None:
         silent = [e.url for e, status in zip(endpoints, statuses, strict=True) if status is None]
         if not silent:
             return
+        for endpoint in endpoints:  # an untrusted certificate or a failing proxy is not "still loading"
+            if isinstance(endpoint.last_error, ConfigError):
+                raise ConfigError(f"{endpoint.url}: {endpoint.last_error}") from endpoint.last_error
         if time.monotonic() >= deadline:
             raise ConfigError(
                 f"cannot reach {len(silent)} of {len(endpoints)} endpoint(s): {', '.join(silent)}. "

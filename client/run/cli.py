@@ -66,7 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start N simulated SGLang servers on 127.0.0.1 and use them (no GPU needed)")
     fleet.add_argument("--model", help="model to request (default: the one the servers list at /v1/models)")
     fleet.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
-                       help="bearer token for the servers (default: $REGEN_API_KEY)")
+                       help="bearer token for the servers (default: $REGEN_API_KEY; or put it in the URL, "
+                            "http://user:TOKEN@host, which is sent as the bearer token and never shown)")
+    fleet.add_argument("--ca-bundle", metavar="FILE",
+                       help="trust the CA certificates in this PEM file for https endpoints, instead of the "
+                            "system's (which $SSL_CERT_FILE / $SSL_CERT_DIR may also point elsewhere)")
+    fleet.add_argument("--insecure", action="store_true",
+                       help="do not verify the TLS certificates of https endpoints (a warning is printed)")
+    fleet.add_argument("--proxy", metavar="URL|none",
+                       help="send every request, to every endpoint, through this http:// proxy (https "
+                            "endpoints via CONNECT); 'none' to use no proxy. Default: $HTTPS_PROXY / "
+                            "$HTTP_PROXY / $ALL_PROXY except hosts in $NO_PROXY; 127.0.0.1 and localhost "
+                            "never go through a proxy from the environment")
     fleet.add_argument("--max-in-flight", type=_positive_int, default=512, metavar="N",
                        help="hard cap of requests in flight per endpoint; within it, each endpoint is kept "
                             "filled to its decode slots plus a small queue (default: %(default)s)")

@@ -33,6 +33,7 @@ from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm
 from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger
 from client.s3.uploader import SyncReport
+from client.wire.connect import NetworkOptions
 from client.wire.endpoint import Endpoint
 
 EXIT_OK, EXIT_FAILURES, EXIT_CONFIG, EXIT_INPUT, EXIT_SINK, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -85,9 +86,10 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     skip_ids = ledger.finished if ledger is not None else done_ids
 
     stats = RunStats(gpus=args.gpus)
+    network = NetworkOptions(ca_bundle=args.ca_bundle, insecure=args.insecure, proxy=args.proxy)
     endpoints = [
         Endpoint(url, EndpointCounters(url=url, index=i), max_in_flight=args.max_in_flight,
-                 idle_timeout=args.idle_timeout, api_key=args.api_key)
+                 idle_timeout=args.idle_timeout, api_key=args.api_key, network=network)
         for i, url in enumerate(urls)
     ]
     stats.endpoints = [e.counters for e in endpoints]

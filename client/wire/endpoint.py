@@ -1,5 +1,8 @@
 """One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path),
 model list, health and load documents (over httpx), and the aborting of its streams when it goes down.
+
+Both kinds of request share one `Route` (TLS context and proxy decision, client.wire.connect) and one
+path rule (client.wire.urls: `root + /v1/...`, `root + /health`); `url` is the base URL without credentials.
 """
 
 from __future__ import annotations
@@ -11,11 +14,20 @@ from typing import Any
 import httpx
 import orjson
 
-from client.core.errors import AttemptError, StreamDropped, error_for_status, map_transport_error
+from client.core.errors import (
+    AttemptError,
+    ConfigError,
+    StreamDropped,
+    error_for_status,
+    map_httpx_error,
+    map_json_error,
+)
 from client.core.records import Completion
 from client.core.stats import EndpointCounters
+from client.wire.connect import NetworkOptions, route_for
 from client.wire.sse import StreamParser
 from client.wire.transport import StreamingTransport
+from client.wire.urls import ServerURL
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -32,27 +44,40 @@ class Endpoint:
         idle_timeout: float = 300.0,
         connect_timeout: float = 10.0,
         api_key: str | None = None,
+        network: NetworkOptions | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        try:
+            self.server = ServerURL.parse(url)
+        except ValueError as exc:
+            raise ConfigError(f"endpoint {exc}") from exc
+        self.url = self.server.display  # never with credentials: this is what records and the console show
+        counters.url = self.url
         self.counters = counters
         self.max_in_flight = max_in_flight
         counters.max_in_flight = max_in_flight
         self.supports_token_ids = False
         self.idle_timeout = idle_timeout
-        headers = {"content-type": "application/json", "user-agent": "regen-swarm"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
+        self.last_error: AttemptError | None = None  # why the last health check got no answer
+        headers = {"content-type": "application/json", "user-agent": "regen-swarm", "accept-encoding": "identity"}
+        token = api_key or self.server.token
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        self.route = route_for(self.server, network or NetworkOptions())
         # Streams go over our own Protocol-based transport (the hot path); the control plane (health,
-        # loads, models: about one request a second) over plain httpx.
-        self._stream = StreamingTransport(self.url, headers={**headers, "accept": "text/event-stream"},
-                                          connect_timeout=connect_timeout)
+        # loads, models: about one request a second) over plain httpx, told the same TLS context and proxy
+        # (trust_env=False: the environment was read once, by route_for).
+        self._stream = StreamingTransport(self.server, headers={**headers, "accept": "text/event-stream"},
+                                          connect_timeout=connect_timeout, route=self.route)
         self._streams: set[asyncio.Task[Any]] = set()
         self._aborted: dict[asyncio.Task[Any], str] = {}
         self._client = httpx.AsyncClient(
-            base_url=self.url,
+            base_url=self.server.origin + self.server.root,
             headers=headers,
             timeout=httpx.Timeout(connect=connect_timeout, read=30.0, write=30.0, pool=30.0),
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
+            verify=self.route.ssl,
+            proxy=self.route.proxy_url,
+            trust_env=False,
         )
 
     @property
@@ -63,28 +88,42 @@ class Endpoint:
         self._stream.close()
         await self._client.aclose()
 
-    async def get_bytes(self, path: str, limit_s: float = 5.0) -> bytes:
-        """GET a document; AttemptError when the server cannot be reached or answers non-200."""
+    async def _get(self, path: str, limit_s: float) -> tuple[int, bytes, str | None]:
         try:
             response = await self._client.get(path, timeout=limit_s)
-            body = await response.aread()
+            return response.status_code, await response.aread(), response.headers.get("content-type")
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
-            raise map_transport_error(exc, streaming=False) from exc
-        if response.status_code != 200:
-            raise error_for_status(response.status_code, body)
+            proxy = self.route.proxy.display if self.route.proxy is not None else None
+            raise map_httpx_error(exc, where=self.url + path, host_port=self.server.host_port,
+                                  proxy=proxy) from exc
+
+    async def get_bytes(self, path: str, limit_s: float = 5.0) -> bytes:
+        """GET the server path `path` (e.g. "/v1/models"); AttemptError when the server cannot be reached or
+        answers non-200."""
+        status, body, _ = await self._get(path, limit_s)
+        if status != 200:
+            raise error_for_status(status, body)
         return body
 
     async def get_json(self, path: str, limit_s: float = 5.0) -> Any:
-        return orjson.loads(await self.get_bytes(path, limit_s))
+        """GET a JSON document; NotJSON (an AttemptError) when the body is not JSON."""
+        status, body, content_type = await self._get(path, limit_s)
+        if status != 200:
+            raise error_for_status(status, body)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise map_json_error(exc, self.url + path, content_type, body) from exc
 
     async def health(self, limit_s: float = 5.0) -> int | None:
-        """The /health status code, or None when nothing answers."""
+        """The /health status code, or None when nothing answers (`last_error` then says why)."""
         try:
-            response = await self._client.get("/health", timeout=limit_s)
-            await response.aread()
-        except (httpx.HTTPError, OSError, TimeoutError):
+            status, _, _ = await self._get("/health", limit_s)
+        except AttemptError as exc:
+            self.last_error = exc
             return None
-        return response.status_code
+        self.last_error = None
+        return status
 
     async def models(self) -> list[str]:
         """Served model ids. Also learns the engine: vLLM (`owned_by: vllm`) streams exact token ids."""
@@ -132,7 +171,8 @@ class Endpoint:
                 first_output.append(time.monotonic() - started)
 
         try:
-            response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout)
+            response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
+                                               expect_type="text/event-stream")
         except AttemptError:
             if parser.whole:
                 return parser.completion(ended_cleanly=False), _first(first_output)

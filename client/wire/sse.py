@@ -1,10 +1,19 @@
 """SSE bytes -> Completion: the per-chunk hot path of the client.
 
 Raw bytes are split into events by hand and each event is parsed once with orjson; no SDK object is
-built per chunk. The parser accepts SGLang's `reasoning_content` and vLLM's `reasoning`, merges
-tool-call deltas by index, takes token counts only from `usage` (with MTP one chunk carries several
-tokens, so counting chunks would be wrong), tolerates builds that omit null fields or never send
-`[DONE]`, and turns a `data: {"error": ...}` event into a failed attempt.
+built per chunk. The event framing follows the SSE spec (WHATWG HTML, "server-sent events"): lines end
+with CRLF, LF or a lone CR; a blank line ends an event; lines starting with `:` are comments; the values
+of several `data:` lines join with `\n`; `event:`, `id:` and `retry:` lines are read past (chat streams
+put their meaning in the data, and an error event is recognised by its `{"error": ...}` payload).
+The fast path takes the common event, one `data: {...}` line, in one orjson call; anything else takes
+the general path. (Hand-written rather than a library: the SSE libraries for Python decode to str and
+build an object per event, which this hot path cannot afford; see docs/benchmarks.md.)
+
+The parser accepts SGLang's `reasoning_content` and vLLM's `reasoning`, merges tool-call deltas by
+index, takes token counts only from `usage` (with MTP one chunk carries several tokens, so counting
+chunks would be wrong; usage may ride on the finish chunk or come in a chunk of its own), tolerates
+builds that omit null fields or never send `[DONE]` (a stream that ends cleanly after its finish_reason
+is whole), and turns a `data: {"error": ...}` event into a failed attempt.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import StreamDropped, StreamErrorEvent
+from client.core.errors import StreamDropped, StreamErrorEvent, map_event_error
 from client.core.records import Completion, ToolCall, Usage
 
 _loads = orjson.loads
@@ -65,8 +74,7 @@ class StreamParser:
     def feed(self, data: bytes) -> None:
         buffer = self._buffer + data if self._buffer else data
         if b"\r" in buffer:
-            # CRLF framing is legal SSE; normalising keeps the fast path to one separator.
-            buffer = buffer.replace(b"\r\n", b"\n")
+            buffer = _normalise(buffer)
         start = 0
         find = buffer.find
         startswith = buffer.startswith
@@ -89,21 +97,16 @@ class StreamParser:
         self._buffer = buffer[start:] if start < len(buffer) else b""
 
     def _event(self, event: bytes) -> None:
-        if event.startswith(b"data: "):
-            payload = event[6:]
-            if b"\n" in payload:
-                payload = _data_lines(event)
-        else:
-            payload = _data_lines(event)
-            if not payload:
-                return  # comment or keep-alive
+        payload = event[6:] if event.startswith(b"data: ") and b"\n" not in event else _data_lines(event)
+        if not payload.strip():
+            return  # comments, keep-alives, an event with no data
         if payload == b"[DONE]":
             self.done = True
             return
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
-            raise StreamDropped(f"malformed event: {payload[:200]!r}") from exc
+            raise map_event_error(payload, exc) from exc
         if not isinstance(obj, dict):
             raise StreamDropped(f"event is not a JSON object: {payload[:200]!r}")
         self._chunk(obj)
@@ -194,6 +197,16 @@ class StreamParser:
             prompt_token_ids=self.prompt_token_ids,
             completion_token_ids=self._completion_ids,
         )
+
+
+def _normalise(buffer: bytes) -> bytes:
+    """CRLF and lone CR line endings -> LF, so the fast path looks for one separator. A CR at the very end
+    stays a CR: it may be the first half of a CRLF whose LF is in the next read."""
+    pending = buffer.endswith(b"\r")
+    if pending:
+        buffer = buffer[:-1]
+    buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return buffer + b"\r" if pending else buffer
 
 
 def _data_lines(event: bytes) -> bytes:

@@ -1,0 +1,290 @@
+"""One HTTP/1.1 client connection as an asyncio Protocol, its bytes parsed by httptools (llhttp).
+
+The Protocol is why the client costs a few microseconds per streamed chunk (docs/benchmarks.md): bytes
+arrive in `data_received`, go straight into llhttp, and each body piece comes back in `on_body`, which
+hands it to the SSE parser: no task switch, future or async generator per chunk. llhttp owns the framing:
+chunked bodies (a chunk without its CRLF is an error), Content-Length bodies, bodies that end at close
+(HTTP/1.0), interim 1xx responses (skipped: `100 Continue` is not the answer), trailers. Bodies in gzip or
+deflate are decoded incrementally (zlib); other encodings are refused with an error naming them.
+
+A non-200 body, and a 200 body whose Content-Type is not the one expected (an HTML login page from a
+misrouted proxy instead of text/event-stream), is kept (its first 16 KiB) for the error message instead
+of going to the feed.
+
+Stalls are found by one timer per stream that re-arms itself lazily at the last read plus the idle
+timeout, not by a timer per chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import cast
+
+import httptools
+
+from client.core.errors import (
+    AttemptError,
+    StreamStalled,
+    map_connection_lost,
+    map_decode_error,
+    map_parse_error,
+    unsupported_encoding,
+)
+
+ERROR_BODY_LIMIT = 16384
+_DECODABLE = frozenset({"gzip", "x-gzip", "deflate"})
+
+
+class Headers:
+    """Response headers in order, names lower-cased; a repeated header keeps every value."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self.pairs = pairs
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The first value of `name` (lower-case), or `default`."""
+        for key, value in self.pairs:
+            if key == name:
+                return value
+        return default
+
+    def get_all(self, name: str) -> list[str]:
+        return [value for key, value in self.pairs if key == name]
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return any(key == name for key, _ in self.pairs)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.pairs)
+
+    def __repr__(self) -> str:
+        return f"Headers({self.pairs!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHead:
+    status: int
+    headers: Headers
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; carries one request at a time. `where` names the server in errors."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, where: str = "the server") -> None:
+        self.loop = loop
+        self.where = where
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reusable = False
+        self.received_any = False
+        self.wrong_type: str | None = None
+        self.error_body: list[bytes] = []
+        self._parser = httptools.HttpResponseParser(self)
+        self._feed: Callable[[bytes], None] = _discard
+        self._sink: Callable[[bytes], None] = _discard
+        self._head: asyncio.Future[ResponseHead] | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._active = False
+        self._informational = False
+        self._until_close = False
+        self._expect_type: str | None = None
+        self._pairs: list[tuple[str, str]] = []
+        self._decoder: zlib._Decompress | None = None
+        self._encoding = ""
+        self._error_room = 0
+        self._last_read = 0.0
+        self._idle_timeout = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCP transport is not an asyncio.Transport subclass, but it has the same interface.
+        self.transport = cast("asyncio.Transport", transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.reusable = False
+        if not self._active:
+            return
+        head_done = self._head is not None and self._head.done()
+        if head_done and self._until_close:
+            try:
+                self._flush_decoder()
+            except AttemptError as error:
+                self._fail(error)
+                return
+            self._finish()
+            return
+        self._fail(map_connection_lost(exc, self.where, before_response=not head_done))
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self.loop.time()
+        self.received_any = True
+        if not self._active:
+            self.reusable = False  # bytes outside a response: the connection cannot be trusted
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(map_parse_error(exc, self.where))
+
+    # -- httptools callbacks ---------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._pairs = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._pairs.append((name.decode("latin-1").lower(), value.decode("latin-1").strip()))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if status < 200:
+            self._informational = True  # 100 Continue, 103 Early Hints: the real response follows
+            return
+        headers = Headers(self._pairs)
+        encoding = (headers.get("content-encoding") or "identity").strip().lower()
+        self._sink = self._feed
+        if status != 200:
+            self._sink = self._keep_error  # an error's body is a message for us, not SSE
+        elif self._expect_type is not None:
+            content_type = headers.get("content-type")
+            if content_type is not None and media_type(content_type) != self._expect_type:
+                self.wrong_type = content_type
+                self._sink = self._keep_error
+        if encoding != "identity":
+            if encoding not in _DECODABLE:
+                raise unsupported_encoding(self.where, encoding)
+            self._decoder = zlib.decompressobj(wbits=47)  # gzip or zlib-wrapped deflate, told by the header
+            self._encoding = encoding
+        chunked = "chunked" in ",".join(headers.get_all("transfer-encoding")).lower()
+        self._until_close = not chunked and "content-length" not in headers and status not in (204, 304)
+        assert self._head is not None
+        if not self._head.done():
+            self._head.set_result(ResponseHead(status, headers))
+
+    def on_body(self, body: bytes) -> None:
+        if self._decoder is None:
+            self._sink(body)
+            return
+        try:
+            data = self._decoder.decompress(body)
+        except zlib.error as exc:
+            raise map_decode_error(exc, self.where, self._encoding) from exc
+        if data:
+            self._sink(data)
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        self._flush_decoder()
+        self.reusable = self._parser.should_keep_alive()
+        self._finish()
+
+    # -- one request -----------------------------------------------------------------------------------
+
+    def start(self, request: bytes, feed: Callable[[bytes], None], idle_timeout: float,
+              expect_type: str | None = None) -> None:
+        assert self.transport is not None
+        self._feed = feed
+        self._sink = _discard
+        self._head = self.loop.create_future()
+        self._done = self.loop.create_future()
+        self._active = True
+        self._informational = False
+        self._until_close = False
+        self._expect_type = expect_type
+        self._decoder = None
+        self.wrong_type = None
+        self.error_body = []
+        self._error_room = ERROR_BODY_LIMIT
+        self.reusable = False
+        self.received_any = False
+        self._idle_timeout = idle_timeout
+        self._last_read = self.loop.time()
+        self._timer = self.loop.call_at(self._last_read + idle_timeout, self._check_idle)
+        self.transport.write(request)
+
+    @property
+    def head(self) -> asyncio.Future[ResponseHead]:
+        assert self._head is not None
+        return self._head
+
+    @property
+    def done(self) -> asyncio.Future[None]:
+        assert self._done is not None
+        return self._done
+
+    def abort(self) -> None:
+        self.reusable = False
+        self._active = False
+        self._cancel_timer()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _keep_error(self, data: bytes) -> None:
+        if self._error_room > 0:
+            self.error_body.append(data[:self._error_room])
+            self._error_room -= len(data)
+
+    def _flush_decoder(self) -> None:
+        if self._decoder is not None:
+            try:
+                tail = self._decoder.flush()
+            except zlib.error as exc:
+                raise map_decode_error(exc, self.where, self._encoding) from exc
+            self._decoder = None
+            if tail:
+                self._sink(tail)
+
+    def _check_idle(self) -> None:
+        idle_for = self.loop.time() - self._last_read
+        if idle_for >= self._idle_timeout:
+            self._timer = None
+            self._fail(StreamStalled(f"no bytes from {self.where} for {idle_for:.0f}s (idle timeout)"))
+        else:
+            self._timer = self.loop.call_at(self._last_read + self._idle_timeout, self._check_idle)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fail(self, exc: AttemptError) -> None:
+        self._active = False
+        self._cancel_timer()
+        self.reusable = False
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(exc)
+            if self._done is not None:
+                self._done.cancel()  # nobody awaits `done` once the head failed
+        elif self._done is not None and not self._done.done():
+            self._done.set_exception(exc)
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    def _finish(self) -> None:
+        self._active = False
+        self._cancel_timer()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+
+def _discard(_: bytes) -> None:
+    return None
