@@ -2,6 +2,11 @@
 
 If the prompt's last message is an assistant turn, that turn is the one being regenerated: it is dropped
 from the request (and from the recorded messages) so the model writes it anew.
+
+Standard OpenAI fields always go out. The extension fields (`top_k`, `min_p`, `chat_template_kwargs`,
+`return_token_ids`) go only where the run's `FieldPolicy` allows them, decided once at start from the
+kind of server (`--compat`); the recorded sampling block is built by the same policy, so a record says
+exactly what was sent.
 """
 
 from __future__ import annotations
@@ -19,15 +24,48 @@ class SamplingSettings:
     max_tokens: int = 8192
     temperature: float = 0.6
     top_p: float = 0.95
-    top_k: int = 20
-    min_p: float = 0.0
+    top_k: int | None = 20  # None: not sent
+    min_p: float | None = 0.0  # None: not sent
     presence_penalty: float = 0.0
     seed: int | None = None
     enable_thinking: bool = True
     preserve_thinking: bool = False  # keep earlier turns' reasoning in multi-turn history (Qwen3.6 template)
 
-    def recorded(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if value is not None}
+    def recorded(self, policy: FieldPolicy | None = None) -> dict[str, Any]:
+        """The sampling block of a ResultRecord: exactly the settings the policy lets out."""
+        policy = policy or FieldPolicy.everything()
+        sent = {key: value for key, value in asdict(self).items() if value is not None}
+        for key in ("top_k", "min_p"):
+            if key not in policy.extensions:
+                sent.pop(key, None)
+        if "chat_template_kwargs" not in policy.extensions:
+            sent.pop("enable_thinking", None)
+            sent.pop("preserve_thinking", None)
+        elif not self.preserve_thinking:
+            sent.pop("preserve_thinking", None)
+        return sent
+
+
+EXTENSION_FIELDS = ("top_k", "min_p", "chat_template_kwargs", "return_token_ids")
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPolicy:
+    """Which extension fields this run may send; everything else in a payload is standard OpenAI."""
+
+    extensions: frozenset[str]
+    name: str = "custom"
+
+    @classmethod
+    def everything(cls) -> FieldPolicy:
+        return cls(frozenset(EXTENSION_FIELDS), "all")
+
+    @classmethod
+    def standard(cls) -> FieldPolicy:
+        return cls(frozenset(), "openai")
+
+    def allows(self, field: str) -> bool:
+        return field in self.extensions
 
 
 def request_messages(prompt: Prompt) -> list[dict[str, Any]]:
@@ -44,7 +82,9 @@ def build_payload(
     *,
     model: str,
     return_token_ids: bool = False,
+    policy: FieldPolicy | None = None,
 ) -> dict[str, Any]:
+    policy = policy or FieldPolicy.everything()
     payload: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -53,19 +93,22 @@ def build_payload(
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,
         "top_p": settings.top_p,
-        "top_k": settings.top_k,
-        "min_p": settings.min_p,
         "presence_penalty": settings.presence_penalty,
-        # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
-        "chat_template_kwargs": {"enable_thinking": settings.enable_thinking},
     }
-    if settings.preserve_thinking:
-        payload["chat_template_kwargs"]["preserve_thinking"] = True
+    if settings.top_k is not None and policy.allows("top_k"):
+        payload["top_k"] = settings.top_k
+    if settings.min_p is not None and policy.allows("min_p"):
+        payload["min_p"] = settings.min_p
+    if policy.allows("chat_template_kwargs"):
+        # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
+        payload["chat_template_kwargs"] = {"enable_thinking": settings.enable_thinking}
+        if settings.preserve_thinking:
+            payload["chat_template_kwargs"]["preserve_thinking"] = True
     if prompt.tools:
         payload["tools"] = prompt.tools
     if settings.seed is not None:
         payload["seed"] = settings.seed
-    if return_token_ids:
+    if return_token_ids and policy.allows("return_token_ids"):
         # Only for engines that stream ids in chat (vLLM); SGLang answers HTTP 400 to this field.
         payload["return_token_ids"] = True
     return payload

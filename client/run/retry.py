@@ -16,10 +16,11 @@ import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from client.core.errors import AttemptError, RateLimited
-from client.core.payload import SamplingSettings, build_payload
+from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
+from client.run.rate import RequestRate
 from client.wire.endpoint import Endpoint
 
 
@@ -57,11 +58,15 @@ class Abandoned(Exception):
 
 class Generator:
     def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, settings: SamplingSettings, model: str,
-                 retry: RetryPolicy, stopping: asyncio.Event) -> None:
+                 retry: RetryPolicy, stopping: asyncio.Event, policy: FieldPolicy | None = None,
+                 rate: RequestRate | None = None) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
         self.settings = settings
         self.model = model
+        self.policy = policy or FieldPolicy.everything()
+        # --max-requests-per-second: a hosted endpoint's agreed request rate, retries included.
+        self.rate = rate
         self.retry = retry
         self.stopping = stopping
         self._backoff = wait_exponential_jitter(initial=retry.initial_backoff_s, max=retry.max_backoff_s,
@@ -101,6 +106,8 @@ class Generator:
                 with attempt:
                     attempts += 1
                     waited_from = time.monotonic()
+                    if self.rate is not None:
+                        await self.rate.wait_turn()
                     try:
                         endpoint = await self.dispatcher.acquire(
                             avoid=last.index if last is not None else None,
@@ -118,7 +125,7 @@ class Generator:
     async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
                        attempt: int) -> tuple[Completion, float | None]:
         payload = build_payload(prompt, messages, self.settings, model=self.model,
-                                return_token_ids=endpoint.supports_token_ids)
+                                return_token_ids=endpoint.supports_token_ids, policy=self.policy)
         try:
             result = await endpoint.stream_chat(orjson.dumps(payload))
         except AttemptError as exc:

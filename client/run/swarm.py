@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from client.core.errors import InputError, RegenError, SinkError
-from client.core.payload import SamplingSettings, request_messages
+from client.core.payload import FieldPolicy, SamplingSettings, request_messages
 from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
 from client.fleet.dispatcher import Dispatcher
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
 from client.run.conversation import Conversation, event_id
+from client.run.rate import RequestRate
 from client.run.result_rows import failure_record, result_record
 from client.run.retry import Abandoned, Generation, GenerationFailed, Generator, RetryPolicy
 from client.run.turns import TurnLedger
@@ -68,6 +69,8 @@ class Swarm:
         dispatcher: Dispatcher | None = None,
         turns: Turns = "last",
         ledger: TurnLedger | None = None,
+        policy: FieldPolicy | None = None,
+        rate: RequestRate | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.source = source
@@ -87,9 +90,10 @@ class Swarm:
         self._immediate = False
         self._workers: list[asyncio.Task[None]] = []
         self._producer: asyncio.Task[None] | None = None
-        self._recorded = settings.recorded()
+        self._recorded = settings.recorded(policy)
         self.generator = Generator(dispatcher=self.dispatcher, stats=stats, settings=settings, model=model,
-                                   retry=retry or RetryPolicy(), stopping=self._stopping)
+                                   retry=retry or RetryPolicy(), stopping=self._stopping, policy=policy,
+                                   rate=rate)
 
     # -- control ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,144 @@
+"""Before the first prompt: what kind of server each endpoint is, which fields the run may send, and one
+real request per endpoint in the run's payload shape, so a refusal stops the run with nothing dispatched.
+
+Kinds are read from what a server serves: `/v1/models` `owned_by` (SGLang says `sglang`, vLLM `vllm`),
+else SGLang's `/server_info`. `--compat auto` sends an extension field only when every answering
+server's kind takes it; `--compat sglang|vllm|openai` forces a field set. The preflight then proves the
+choice: the run's fields, tools when the set has them, `max_tokens: 1`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from client.core.errors import AttemptError, ConfigError, RequestRejected
+from client.core.payload import FieldPolicy, SamplingSettings
+from client.wire.endpoint import Endpoint
+
+SGLANG, VLLM, OTHER = "sglang", "vllm", "other"
+COMPAT_CHOICES = ("auto", SGLANG, VLLM, "openai")
+
+# SGLang refuses `return_token_ids` on a streaming chat request (HTTP 400), so it is vLLM's alone here.
+_EXTENSIONS_BY_KIND: dict[str, frozenset[str]] = {
+    SGLANG: frozenset({"top_k", "min_p", "chat_template_kwargs"}),
+    VLLM: frozenset({"top_k", "min_p", "chat_template_kwargs", "return_token_ids"}),
+    OTHER: frozenset(),
+}
+
+# Which option changes a refused field, for the error message.
+_FIX_FOR_FIELD = {
+    "top_k": "--top-k none",
+    "min_p": "--min-p none",
+    "chat_template_kwargs": "--compat openai",
+    "return_token_ids": "--compat sglang",
+    "seed": "leaving out --seed",
+    "tools": "a prompt set without tools",
+}
+
+
+def kind_from_models(document: Any) -> str | None:
+    """The engine named by `/v1/models` `owned_by`, or None when it names no engine we know."""
+    entries = document.get("data") if isinstance(document, dict) else None
+    owners = {str(e.get("owned_by", "")).lower() for e in entries or [] if isinstance(e, dict)}
+    for kind in (SGLANG, VLLM):
+        if kind in owners:
+            return kind
+    return None
+
+
+async def detect_kind(endpoint: Endpoint) -> str:
+    try:
+        found = kind_from_models(await endpoint.get_json("/v1/models"))
+    except (AttemptError, ValueError):
+        found = None
+    if found is not None:
+        return found
+    try:
+        info = await endpoint.get_json("/server_info")
+    except (AttemptError, ValueError):
+        return OTHER
+    is_sglang = isinstance(info, dict) and ("tp_size" in info or "served_model_name" in info)
+    return SGLANG if is_sglang else OTHER
+
+
+def field_policy(compat: str, kinds: Sequence[str]) -> FieldPolicy:
+    """The run's field set: forced by `--compat`, or (auto) what every detected kind takes."""
+    if compat == "openai":
+        return FieldPolicy.standard()
+    if compat in (SGLANG, VLLM):
+        return FieldPolicy(_EXTENSIONS_BY_KIND[compat], compat)
+    if not kinds:
+        return FieldPolicy.standard()
+    allowed = frozenset.intersection(*(_EXTENSIONS_BY_KIND[kind] for kind in kinds))
+    name = kinds[0] if len(set(kinds)) == 1 else "mixed"
+    return FieldPolicy(allowed, "openai" if name == OTHER else name)
+
+
+def check_settings_fit(settings: SamplingSettings, policy: FieldPolicy) -> None:
+    """Options that need an extension field the run will not send are refused, not silently dropped."""
+    if policy.allows("chat_template_kwargs"):
+        return
+    wanted = [option for option, on in (("--no-thinking", not settings.enable_thinking),
+                                         ("--preserve-thinking", settings.preserve_thinking)) if on]
+    if wanted:
+        raise ConfigError(
+            f"{' and '.join(wanted)} need chat_template_kwargs, which this run does not send (field set: "
+            f"{policy.name}; standard OpenAI fields only). If the servers take it, pass --compat sglang or "
+            "--compat vllm; otherwise leave the option out (the model's own default then applies).")
+
+
+def refused_fields(message: str, sent: Sequence[str]) -> list[str]:
+    """The sent fields a refusal names, e.g. `Unexpected fields in the request: {'top_k', 'min_p'}`."""
+    return [name for name in sent if re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", message)]
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightResult:
+    url: str
+    kind: str
+    ok: bool
+
+
+async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], dict[str, Any]],
+                    kinds: dict[str, str], policy: FieldPolicy, *, limit_s: float = 120.0) -> list[PreflightResult]:
+    """One real request per endpoint; a refusal (4xx) stops the run with a ConfigError naming the fields.
+
+    Endpoints that cannot be reached now are left to the dispatcher's health checks (they join when up);
+    a 4xx means the payload itself is wrong, which no retry can mend.
+    """
+
+    async def one(endpoint: Endpoint) -> PreflightResult:
+        payload = build(endpoint)
+        payload["max_tokens"] = 1
+        try:
+            async with asyncio.timeout(limit_s):
+                await endpoint.stream_chat(orjson.dumps(payload))
+        except RequestRejected as exc:
+            raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc) from None
+        except (AttemptError, TimeoutError):
+            return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=False)
+        return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=True)
+
+    return list(await asyncio.gather(*(one(endpoint) for endpoint in endpoints)))
+
+
+def _refusal(endpoint: Endpoint, kind: str, policy: FieldPolicy, payload: dict[str, Any],
+             exc: RequestRejected) -> ConfigError:
+    optional = [name for name in payload if name not in ("model", "messages", "stream", "max_tokens")]
+    named = refused_fields(str(exc), optional)
+    head = (f"{endpoint.url} (server kind: {kind}) refused the run's request before any prompt was sent: "
+            f"{exc}.")
+    if named:
+        fixes = sorted({_FIX_FOR_FIELD.get(name, f"leaving out {name}") for name in named})
+        extension = [name for name in named if name in _EXTENSIONS_BY_KIND[VLLM]]
+        also = " or send only standard OpenAI fields with --compat openai" if extension else ""
+        return ConfigError(f"{head} Refused field(s): {', '.join(named)}. Change this with "
+                           f"{' / '.join(fixes)}{also}.")
+    return ConfigError(f"{head} Fields sent: {', '.join(optional)} (field set: {policy.name}). If the server takes "
+                       "only standard OpenAI fields, pass --compat openai.")
