@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
+from client.core.options import DEFAULT_MAX_IN_FLIGHT, float_in, non_negative_float, positive_float, positive_int
 from client.core.payload import SamplingSettings
+from client.fleet.preflight import COMPAT_CHOICES
+
+T = TypeVar("T")
 
 DESCRIPTION = """\
 Regenerate every completion of a prompt set with one target model on a fleet of SGLang (or vLLM)
@@ -32,17 +38,20 @@ exit codes:
 """
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+
+def _optional(check: Callable[[str], T]) -> Callable[[str], T | None]:
+    """`none` leaves the field out of every request (for servers that refuse it)."""
+
+    def parse(text: str) -> T | None:
+        return None if text.strip().lower() == "none" else check(text)
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+def _top_p(text: str) -> float:
+    value = float_in(0, 1)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be above 0 (0 would allow no token), got 0")
     return value
 
 
@@ -62,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--endpoints", metavar="URL[,URL...]|@FILE",
                        help="server base URLs, comma-separated, or @FILE with one URL per line "
                             "(as written by launch/start_servers.sh)")
-    fleet.add_argument("--simulate", type=_positive_int, metavar="N",
+    fleet.add_argument("--simulate", type=positive_int, metavar="N",
                        help="start N simulated SGLang servers on 127.0.0.1 and use them (no GPU needed)")
     fleet.add_argument("--model", help="model to request (default: the one the servers list at /v1/models)")
     fleet.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
@@ -78,15 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "endpoints via CONNECT); 'none' to use no proxy. Default: $HTTPS_PROXY / "
                             "$HTTP_PROXY / $ALL_PROXY except hosts in $NO_PROXY; 127.0.0.1 and localhost "
                             "never go through a proxy from the environment")
-    fleet.add_argument("--max-in-flight", type=_positive_int, default=512, metavar="N",
+    fleet.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                        help="hard cap of requests in flight per endpoint; within it, each endpoint is kept "
                             "filled to its decode slots plus a small queue (default: %(default)s)")
-    fleet.add_argument("--slots", type=_positive_int, default=32, metavar="N",
+    fleet.add_argument("--slots", type=positive_int, default=32, metavar="N",
                        help="decode slots assumed for an endpoint that does not report them (vLLM); learned "
                             "from its queue as the run goes (default: %(default)s)")
-    fleet.add_argument("--wait-ready", type=float, default=0.0, metavar="SECONDS",
+    fleet.add_argument("--wait-ready", type=non_negative_float, default=0.0, metavar="SECONDS",
                        help="at start, wait this long for endpoints nothing answers on yet (default: 0: fail)")
-    fleet.add_argument("--gpus", type=_positive_int, metavar="N",
+    fleet.add_argument("--gpus", type=positive_int, metavar="N",
                        help="GPUs behind the fleet, for the projected GPU-hours")
 
     data = parser.add_argument_group("input and output")
@@ -98,19 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--show-problems", type=int, default=20, metavar="N",
                       help="print the first N invalid records as they are found (default: %(default)s)")
     data.add_argument("--shard", metavar="K/N", help="take only the ids in shard K of N (K from 0), for many hosts")
-    data.add_argument("--segment-mb", type=float, default=256.0, metavar="MB",
+    data.add_argument("--segment-mb", type=positive_float, default=256.0, metavar="MB",
                       help="rotate a segment at this size (default: %(default)s)")
-    data.add_argument("--segment-age", type=float, default=300.0, metavar="SECONDS",
+    data.add_argument("--segment-age", type=positive_float, default=300.0, metavar="SECONDS",
                       help="rotate a segment at this age (default: %(default)s)")
 
     sync = parser.add_argument_group("S3 sync (credentials and region from the standard AWS chain)")
     sync.add_argument("--s3", metavar="s3://BUCKET/PREFIX",
                       help="upload closed segments here as the run goes, and resume from what is there")
     sync.add_argument("--s3-endpoint-url", metavar="URL", help="an S3-compatible store instead of AWS S3")
-    sync.add_argument("--sync-interval", type=_positive_float, default=180.0, metavar="SECONDS",
+    sync.add_argument("--sync-interval", type=positive_float, default=180.0, metavar="SECONDS",
                       help="with --s3, close and upload the open segment at least this often, so at most "
                            "this much work exists only on local disk (default: %(default)s)")
-    sync.add_argument("--sync-wait", type=float, default=300.0, metavar="SECONDS",
+    sync.add_argument("--sync-wait", type=non_negative_float, default=300.0, metavar="SECONDS",
                       help="at the end of the run, wait this long at most for the uploads (default: %(default)s)")
     sync.add_argument("--delete-uploaded", action="store_true",
                       help="delete a local segment once its upload is verified and listed in the manifest")
@@ -121,17 +130,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     sampling = parser.add_argument_group("sampling (defaults: Qwen3 thinking mode)")
     defaults = SamplingSettings()
-    sampling.add_argument("--max-tokens", type=_positive_int, default=defaults.max_tokens, metavar="N",
+    sampling.add_argument("--max-tokens", type=positive_int, default=defaults.max_tokens, metavar="N",
                           help="cap on reasoning + answer tokens (default: %(default)s)")
-    sampling.add_argument("--temperature", type=float, default=defaults.temperature, help="(default: %(default)s)")
-    sampling.add_argument("--top-p", type=float, default=defaults.top_p, help="(default: %(default)s)")
-    sampling.add_argument("--top-k", type=int, default=defaults.top_k, help="(default: %(default)s)")
-    sampling.add_argument("--min-p", type=float, default=defaults.min_p, help="(default: %(default)s)")
-    sampling.add_argument("--presence-penalty", type=float, default=defaults.presence_penalty,
+    sampling.add_argument("--temperature", type=non_negative_float, default=defaults.temperature,
                           help="(default: %(default)s)")
+    sampling.add_argument("--top-p", type=_top_p, default=defaults.top_p, help="in (0, 1] (default: %(default)s)")
+    sampling.add_argument("--top-k", type=_optional(positive_int), default=defaults.top_k, metavar="N|none",
+                          help="an extension field (SGLang, vLLM); none: do not send it (default: %(default)s)")
+    sampling.add_argument("--min-p", type=_optional(float_in(0, 1)), default=defaults.min_p, metavar="P|none",
+                          help="an extension field (SGLang, vLLM); none: do not send it (default: %(default)s)")
+    sampling.add_argument("--presence-penalty", type=float_in(-2, 2), default=defaults.presence_penalty,
+                          help="in [-2, 2] (default: %(default)s)")
     sampling.add_argument("--seed", type=int, help="sampling seed sent with every request")
     sampling.add_argument("--no-thinking", action="store_true",
                           help="send chat_template_kwargs.enable_thinking=false (thinking is on by default)")
+    sampling.add_argument("--compat", choices=COMPAT_CHOICES, default="auto",
+                          help="which extension fields (top_k, min_p, chat_template_kwargs, return_token_ids) "
+                               "go out. auto: those every server's detected kind takes (SGLang, vLLM: all they "
+                               "accept; any other server: none). openai: standard fields only. sglang / vllm: "
+                               "that engine's set, whatever the servers say. A one-token preflight request per "
+                               "server proves the choice before any prompt is sent (default: %(default)s)")
 
     turns = parser.add_argument_group("conversations")
     turns.add_argument("--turns", choices=("last", "all"), default="last",
@@ -145,24 +163,30 @@ def build_parser() -> argparse.ArgumentParser:
                             "(chat_template_kwargs.preserve_thinking); Qwen3.6 drops it by default")
 
     retries = parser.add_argument_group("retries and shutdown")
-    retries.add_argument("--max-attempts", type=_positive_int, default=6, metavar="N",
+    retries.add_argument("--max-attempts", type=positive_int, default=6, metavar="N",
                          help="attempts per prompt before it goes to the failures file (default: %(default)s)")
-    retries.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
+    retries.add_argument("--retry-too-long", action="store_true",
+                         help="retry prompts an earlier run found longer than the server's context (too_long); "
+                              "they are otherwise left alone, since the same server cannot take them")
+    retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
+                         help="start at most RATE requests a second, retries included, for a hosted endpoint "
+                              "with an agreed rate (default: no limit)")
+    retries.add_argument("--idle-timeout", type=positive_float, default=300.0, metavar="SECONDS",
                          help="a stream that sends no byte for this long is retried elsewhere (default: %(default)s)")
-    retries.add_argument("--circuit-failures", type=_positive_int, default=3, metavar="N",
+    retries.add_argument("--circuit-failures", type=positive_int, default=3, metavar="N",
                          help="take an endpoint out of rotation after N failures in a row (default: %(default)s)")
-    retries.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+    retries.add_argument("--grace", type=non_negative_float, default=30.0, metavar="SECONDS",
                          help="on Ctrl-C/SIGTERM, time given to requests in flight (default: %(default)s)")
 
     view = parser.add_argument_group("progress")
     view.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
-    view.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+    view.add_argument("--progress-every", type=positive_float, default=10.0, metavar="SECONDS",
                       help="interval of the plain progress line (default: %(default)s)")
 
     sim = parser.add_argument_group("simulated fleet (--simulate)")
-    sim.add_argument("--sim-speed", type=float, default=20.0, metavar="X",
+    sim.add_argument("--sim-speed", type=positive_float, default=20.0, metavar="X",
                      help="time scale of the simulated servers (default: %(default)s)")
-    sim.add_argument("--sim-max-running", type=_positive_int, default=32, metavar="N",
+    sim.add_argument("--sim-max-running", type=positive_int, default=32, metavar="N",
                      help="decode slots per simulated server (default: %(default)s)")
     sim.add_argument("--sim-arg", action="append", metavar="ARG",
                      help="extra flag for every simulated server, e.g. --sim-arg=--fail-500 --sim-arg=0.02")

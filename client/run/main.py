@@ -28,7 +28,9 @@ from client.local.source import PromptSource, Shard, count_remaining
 from client.results.reader import iter_records
 from client.run.cli import build_parser, settings_from
 from client.run.console import say, show_progress
+from client.run.rate import RequestRate
 from client.run.s3_wiring import drain, open_s3
+from client.run.startup_fields import settle_fields
 from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm
 from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger
@@ -97,6 +99,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         await check_reachable(endpoints, args.wait_ready)
         model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
         await check_max_tokens(endpoints, model, settings.max_tokens)
+        policy = await settle_fields(endpoints, settings, model=model, compat=args.compat,
+                                     prompt_paths=prompt_paths)
         say(f"model {model} on {len(endpoints)} endpoint(s); thinking {'on' if settings.enable_thinking else 'off'}, "
             f"max_tokens {settings.max_tokens}, turns {args.turns}")
 
@@ -118,7 +122,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
             rotate_check_s=min(5.0, max(0.2, segment_age / 5)),
             dispatcher=Dispatcher(endpoints, DispatchSettings(failure_threshold=args.circuit_failures,
                                                            default_capacity=args.slots)),
-            turns=args.turns, ledger=ledger,
+            turns=args.turns, ledger=ledger, policy=policy,
+            rate=RequestRate(args.max_requests_per_second) if args.max_requests_per_second else None,
         )
         companions = []
         if uploader is not None:
@@ -206,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give exactly one of --endpoints or --simulate N")
     if not args.s3 and (args.delete_uploaded or args.s3_gzip or args.s3_endpoint_url):
         parser.error("--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX")
+    if args.preserve_thinking and args.turns != "all":
+        parser.error("--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all")
     try:
         if args.simulate:
             with _simulated_fleet(args) as urls:

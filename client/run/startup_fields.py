@@ -1,0 +1,65 @@
+"""The run's side of the preflight: detect each server's kind, settle the field policy, say it once, and
+send one request in the run's payload shape to every endpoint that answers (client.fleet.preflight)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from client.core.payload import FieldPolicy, SamplingSettings, build_payload
+from client.core.records import Prompt
+from client.fleet.dispatcher import UP
+from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
+from client.run.console import say
+from client.wire.endpoint import Endpoint
+
+# How far into the prompt set to look for a tool schema, so the preflight carries `tools` when the run will.
+_TOOL_LOOKAHEAD_LINES = 500
+PREFLIGHT_MESSAGE = "Reply with the single word OK."
+
+
+def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
+    """The tools of the first record near the start of the set that has any (bad lines are the source's to report)."""
+    if not paths:
+        return None
+    with paths[0].open("rb") as handle:
+        for raw in itertools.islice(handle, _TOOL_LOOKAHEAD_LINES):
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            tools = record.get("tools") if isinstance(record, dict) else None
+            if isinstance(tools, list) and tools:
+                return tools
+    return None
+
+
+async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSettings, *, model: str, compat: str,
+                        prompt_paths: Sequence[Path]) -> FieldPolicy:
+    """Kinds -> policy -> preflight. Raises ConfigError (exit 2) on a refusal, before any prompt is sent."""
+    answering = [e for e in endpoints if e.counters.state == UP]
+    kinds = dict(zip((e.url for e in answering),
+                     await asyncio.gather(*(detect_kind(e) for e in answering)), strict=True))
+    policy = field_policy(compat, list(kinds.values()))
+    check_settings_fit(settings, policy)
+    census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
+    extensions = ", ".join(sorted(policy.extensions)) or "none"
+    say(f"servers: {census or 'none answering yet'}; --compat {compat}: extension fields sent: {extensions}")
+    tools = await asyncio.to_thread(first_tools, list(prompt_paths))
+    probe = Prompt(id="preflight", messages=[{"role": "user", "content": PREFLIGHT_MESSAGE}], tools=tools,
+                   meta=None, source="preflight", line=0)
+
+    def build(endpoint: Endpoint) -> dict[str, Any]:
+        return build_payload(probe, probe.messages, settings, model=model,
+                             return_token_ids=endpoint.supports_token_ids, policy=policy)
+
+    results = await preflight(answering, build, kinds, policy)
+    passed = sum(result.ok for result in results)
+    say(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
+    return policy
