@@ -35,6 +35,7 @@ stop the run with their own message instead of "cannot reach".
 
 from __future__ import annotations
 
+import re
 import ssl
 import zlib
 
@@ -144,6 +145,15 @@ class RequestRejected(PermanentError):
         self.status = status
 
 
+class TooLong(RequestRejected):
+    """The prompt (with max_tokens) does not fit the server's context: no retry and no later run can help,
+    so it is counted apart and not sent again unless --retry-too-long."""
+
+    @property
+    def kind(self) -> str:
+        return "too_long"
+
+
 class NotEventStream(PermanentError):
     """A streaming request got a 200 that is not an event stream: usually a proxy's or login page."""
 
@@ -166,6 +176,15 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
 
 
+# How engines word "prompt + max_tokens over the context": vLLM ("This model's maximum context length is N
+# tokens. However, you requested M tokens"), SGLang ("The input (N tokens) is longer than the model's
+# context length", "Requested token count exceeds the model's maximum context length"), OpenAI's
+# `context_length_exceeded` code, llama.cpp ("exceeds the available context size").
+_CONTEXT_OVERFLOW = re.compile(
+    r"maximum context length|longer than the model's context length|context_length_exceeded"
+    r"|exceeds the available context size|context window exceed", re.IGNORECASE)
+
+
 def error_for_status(status: int, body: bytes, retry_after: str | None = None) -> AttemptError:
     text = body[:500].decode("utf-8", "replace").strip()
     message = f"HTTP {status}: {text}" if text else f"HTTP {status}"
@@ -173,6 +192,8 @@ def error_for_status(status: int, body: bytes, retry_after: str | None = None) -
         return RateLimited(message, parse_retry_after(retry_after))
     if status >= 500:
         return ServerError(message)
+    if status in (400, 413, 422) and _CONTEXT_OVERFLOW.search(text):
+        return TooLong(message, status)
     return RequestRejected(message, status)
 
 

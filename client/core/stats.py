@@ -50,6 +50,7 @@ class StatsSnapshot:
     total: int | None
     done: int
     failed: int
+    too_long: int
     retries: int
     truncated: int
     in_flight: int
@@ -80,6 +81,7 @@ class RunStats:
     total: int | None = None
     done: int = 0
     failed: int = 0
+    too_long: int = 0  # of `failed`: prompts over the context, not retried by later runs
     retries: int = 0
     truncated: int = 0
     completion_tokens: int = 0
@@ -147,6 +149,7 @@ class RunStats:
             total=self.total,
             done=self.done,
             failed=self.failed,
+            too_long=self.too_long,
             retries=self.retries,
             truncated=self.truncated,
             in_flight=sum(e.in_flight for e in self.endpoints),

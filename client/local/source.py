@@ -66,6 +66,7 @@ class SourceCounts:
     invalid: int = 0
     duplicates: int = 0
     skipped_done: int = 0
+    skipped_too_long: int = 0  # over the context in an earlier run (--retry-too-long sends them again)
     other_shards: int = 0
     yielded: int = 0
     problems: list[InputProblem] = field(default_factory=list)
@@ -83,9 +84,11 @@ class PromptSource:
         strict: bool = False,
         shard: Shard | None = None,
         on_problem: Callable[[InputProblem], None] | None = None,
+        too_long_ids: set[str] | None = None,
     ) -> None:
         self.paths = list(paths)
         self.done_ids = done_ids
+        self.too_long_ids = too_long_ids or set()
         self.strict = strict
         self.shard = shard or Shard(0, 1)
         self.on_problem = on_problem
@@ -135,6 +138,8 @@ class PromptSource:
                 seen.add(prompt.id)
                 if prompt.id in done:
                     counts.skipped_done += 1
+                elif prompt.id in self.too_long_ids:
+                    counts.skipped_too_long += 1
                 elif not self.shard.owns(prompt.id):
                     counts.other_shards += 1
                 else:

@@ -29,7 +29,8 @@ examples:
 
 exit codes:
   0    every valid prompt is done
-  1    the run ended, but some prompts failed after all attempts (run again to retry them)
+  1    the run ended, but some prompts failed after all attempts (run again to retry them); prompts
+       longer than the context (too_long) are reported apart and alone do not make the exit code 1
   2    bad options, unreachable endpoints, unknown model or unwritable --out; nothing was sent
   3    bad input and --strict was given
   4    results could not be written (disk full or read-only); free space and run again

@@ -22,6 +22,7 @@ from client.core.loop import run_async
 from client.core.stats import EndpointCounters, RunStats, StatsSnapshot
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
+from client.local.failures import read_too_long_ids
 from client.local.ledger import read_done_ids
 from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource, Shard, count_remaining
@@ -86,6 +87,10 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     ledger = await _turn_ledger(args, done_ids, out) if args.turns == "all" else None
     # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
     skip_ids = ledger.finished if ledger is not None else done_ids
+    too_long_ids = set() if args.retry_too_long or ledger is not None else read_too_long_ids(out) - done_ids
+    if too_long_ids:
+        say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
+            "(too_long in the failures file); pass --retry-too-long to send them again")
 
     stats = RunStats(gpus=args.gpus)
     network = NetworkOptions(ca_bundle=args.ca_bundle, insecure=args.insecure, proxy=args.proxy)
@@ -112,7 +117,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
             if problems_shown <= args.show_problems:
                 say(f"skipped invalid record: {problem}")
 
-        source = PromptSource(prompt_paths, skip_ids, strict=args.strict, shard=shard, on_problem=on_problem)
+        source = PromptSource(prompt_paths, skip_ids, strict=args.strict, shard=shard, on_problem=on_problem,
+                              too_long_ids=too_long_ids)
         sink = ResultSink(out, run_id=run_id, shard_label=(shard or Shard(0, 1)).label,
                           max_segment_bytes=int(args.segment_mb * (1 << 20)), max_segment_age_s=segment_age,
                           on_segment_closed=uploader.segment_closed if uploader else None)
@@ -135,7 +141,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
             if ledger is not None:
                 stats.total = await asyncio.to_thread(count_remaining_events, prompt_paths, ledger, shard)
             else:
-                stats.total = await asyncio.to_thread(count_remaining, prompt_paths, done_ids, shard)
+                stats.total = await asyncio.to_thread(count_remaining, prompt_paths, done_ids | too_long_ids, shard)
 
         def snapshot() -> StatsSnapshot:
             if uploader is not None:
@@ -183,7 +189,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         return EXIT_INTERRUPTED
     if sync is not None and sync.pending:
         return EXIT_SYNC_PENDING
-    return EXIT_FAILURES if stats.failed else EXIT_OK
+    return EXIT_FAILURES if stats.failed > stats.too_long else EXIT_OK
 
 
 async def _turn_ledger(args: argparse.Namespace, done_ids: set[str], out: Path) -> TurnLedger:

@@ -25,15 +25,21 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
             f"+ other-shards {counts.other_shards:,}; this run finished {outcome.conversations_finished:,} "
             f"({outcome.diverged:,} ended early where the regenerated tool calls diverged from the source)")
     else:
-        fresh = counts.records - counts.skipped_done - counts.other_shards
+        fresh = counts.records - counts.skipped_done - counts.other_shards - counts.skipped_too_long
         not_reached = fresh - counts.invalid - counts.duplicates - snap.done - snap.failed
-        say(f"reconciliation: inputs {counts.records:,} = done {snap.done:,} + failed {snap.failed:,} "
+        too_long = f" (too_long {snap.too_long:,})" if snap.too_long else ""
+        say(f"reconciliation: inputs {counts.records:,} = done {snap.done:,} + failed {snap.failed:,}{too_long} "
             f"+ skipped-invalid {counts.invalid:,} + duplicate {counts.duplicates:,} "
             f"+ already-done {counts.skipped_done:,} + other-shards {counts.other_shards:,}"
+            + (f" + too-long-earlier {counts.skipped_too_long:,}" if counts.skipped_too_long else "")
             + (f" + not-yet-sent {not_reached:,}" if not_reached else ""))
     if counts.invalid or counts.duplicates:
         say(f"{counts.invalid + counts.duplicates} record(s) were skipped as invalid; each was reported above "
             "(first few) with file:line. Fix them and run again, or pass --strict to stop on the first.")
-    if snap.failed:
-        say(f"{snap.failed} request(s) failed after all attempts; see {failures_path}. "
+    if snap.too_long:
+        say(f"{snap.too_long} prompt(s) are longer than the server's context (too_long, in {failures_path}): "
+            "they are not retried by the next run; shorten them, raise the context, or lower --max-tokens, "
+            "then pass --retry-too-long")
+    if snap.failed > snap.too_long:
+        say(f"{snap.failed - snap.too_long} request(s) failed after all attempts; see {failures_path}. "
             "Run the same command again to retry them.")

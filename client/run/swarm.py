@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from client.core.errors import InputError, RegenError, SinkError
+from client.core.errors import InputError, RegenError, SinkError, TooLong
 from client.core.payload import FieldPolicy, SamplingSettings, request_messages
 from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
@@ -243,3 +243,5 @@ class Swarm:
         endpoint = failed.endpoint.url if failed.endpoint is not None else None
         self.sink.write_failure(failure_record(record_id, failed.error, failed.attempts, endpoint))
         self.stats.failed += 1
+        if isinstance(failed.error, TooLong):
+            self.stats.too_long += 1

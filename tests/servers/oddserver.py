@@ -264,6 +264,13 @@ class OddServer:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             return await reply.json(400, {"object": "error", "message": "Messages cannot be empty.",
                                           "type": "BadRequestError", "param": None, "code": 400})
+        asked = chatwire.prompt_tokens(body["messages"]) + int(body.get("max_tokens") or 0)
+        if asked > self.max_model_len:
+            # vLLM 0.32's wording (serving_engine.py), HTTP 400.
+            return await reply.json(400, {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                                          "message": f"This model's maximum context length is {self.max_model_len} "
+                                                     f"tokens. However, you requested {asked} tokens. Please reduce "
+                                                     "the length of the messages or completion."})
         answer = chatwire.answer_for(body)
         rid = f"chatcmpl-odd-{next(self._ids)}"
         self.running += 1
