@@ -24,6 +24,7 @@ from client.fleet.startup import check_reachable, resolve_model
 from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource
 from client.run.console import show_progress
+from client.run.startup_fields import settle_fields
 from client.run.swarm import RetryPolicy, Swarm
 from client.wire.connect import NetworkOptions
 from client.wire.endpoint import Endpoint
@@ -41,6 +42,7 @@ class FleetOptions:
     wait_ready: float
     max_attempts: int
     network: NetworkOptions = field(default_factory=NetworkOptions)  # --ca-bundle, --insecure, --proxy
+    compat: str = "auto"  # which extension fields go out (client.fleet.preflight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +86,13 @@ async def calibrate(fleet: FleetOptions, settings: SamplingSettings, out: Path,
                   "will be rough (a sample of at least 5x the slots is better)", file=sys.stderr, flush=True)
         print(f"calibrating: {size:,} prompt(s) on {len(endpoints)} endpoint(s) ({slots} decode slots), "
               f"model {model}, max_tokens {settings.max_tokens}", file=sys.stderr, flush=True)
+        policy = await settle_fields(endpoints, settings, model=model, compat=fleet.compat,
+                                     prompt_paths=[sample_path])
         stats.total = size
         sink = ResultSink(out, run_id=new_run_id(), shard_label="calibration")
         swarm = Swarm(endpoints=endpoints, source=PromptSource([sample_path], set()), sink=sink, stats=stats,
                       settings=settings, model=model, retry=RetryPolicy(max_attempts=fleet.max_attempts),
-                      dispatcher=Dispatcher(endpoints))
+                      dispatcher=Dispatcher(endpoints), policy=policy)
 
         async def progress() -> None:
             await show_progress(stats.snapshot, stream=sys.stderr, live=False, plain_every_s=progress_every_s)
