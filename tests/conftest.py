@@ -1,32 +1,105 @@
-"""Shared test fixtures: prompt files, simulated fleets (real subprocess servers on 127.0.0.1), and a
-helper that runs the real `python -m client.run` CLI as a subprocess."""
+"""Shared test fixtures: prompt files, simulated fleets (real subprocess servers on 127.0.0.1), the S3
+protocol server with its fake credentials, the engines' markers, and helpers that run the real
+`python -m client.run` CLI as a subprocess and wait for what it writes.
+
+Markers (declared in pyproject.toml): `vllm` and `sglang` on every test that needs that engine (a test
+using an engine's fixture without its marker is a collection error), `slow` on tests over ~5 s, `s3` on
+tests that start the S3 protocol server. `make test-fast` deselects vllm, sglang and slow.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 import pytest
 
 from launch.sim.fleet import SimFleet, SimServerSpec
+from tests.s3_server import FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "prompts" / "sample.jsonl"
 
 pytest_plugins = ["tests.engines.conftest_vllm"]
 
+# The tool schema the generated prompts carry (a strict one: `unit` is an enum, no other properties).
+WEATHER_TOOL: dict[str, Any] = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string"},
+                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"], "additionalProperties": False}}}
+
+# -- engines: markers, CI, time limits ----------------------------------------------------------------
+
+# The fixtures that need each engine; a test that uses one must carry the engine's marker, so that
+# `-m "not vllm and not sglang"` deselects exactly the tests that cannot run without the engines.
+ENGINE_FIXTURES = {
+    "vllm": {"vllm_venv_python", "tiny_model_dirs", "tiny_script", "vllm_server_factory", "vllm_scripted",
+             "vllm_random"},
+    "sglang": {"sglang_parser"},
+}
+# A vLLM test may be the one that builds the tiny models (up to 300 s) and starts a server (up to 180 s).
+VLLM_TIMEOUT_S = 600
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def engine_missing(message: str) -> NoReturn:
+    """A test's engine is not installed: in CI that fails (CI installs every engine), elsewhere the test is
+    skipped with the reason and the way out; `make test-fast` deselects these tests before they start."""
+    if in_ci():
+        pytest.fail(f"{message}\n(CI=true: every engine must be installed; `make engines` does it)", pytrace=False)
+    pytest.skip(f"{message}; or leave the engines out: pytest -m 'not vllm and not sglang'")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = []
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in ENGINE_FIXTURES.items():
+            if used & fixtures and item.get_closest_marker(marker) is None:
+                unmarked.append(f"{item.nodeid} (uses {', '.join(sorted(used & fixtures))})")
+        if item.get_closest_marker("vllm") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(VLLM_TIMEOUT_S))
+    if unmarked:
+        raise pytest.UsageError("tests that need an engine must carry its marker (vllm or sglang):\n  "
+                                + "\n  ".join(unmarked))
+
+
+# -- S3 ------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials for the S3 protocol server, and none of the host's AWS settings."""
+    for name, value in FAKE_AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in UNSET_AWS_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def s3(tmp_path: Path, aws_env: None) -> Iterator[S3Server]:
+    """A fresh S3 protocol server with an empty bucket, for one test."""
+    with running_s3(tmp_path / "s3") as server:
+        server.create_bucket()
+        yield server
+
+
+# -- prompts, results, the CLI -------------------------------------------------------------------------
 
 def make_prompts(path: Path, count: int, *, with_tools_every: int = 4, prefix: str = "p") -> Path:
     """`count` valid PromptRecords; every `with_tools_every`-th carries a tool schema."""
-    tool = {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    tool = WEATHER_TOOL
     lines = []
     for i in range(count):
         record: dict[str, Any] = {"id": f"{prefix}{i:06d}",
@@ -49,6 +122,30 @@ def read_results(out: Path) -> list[dict[str, Any]]:
             except orjson.JSONDecodeError as exc:  # pragma: no cover - the assertion is the point
                 raise AssertionError(f"{segment}:{number} is not valid JSON: {line[:120]!r}") from exc
     return records
+
+
+def count_written(out: Path) -> int:
+    """Result lines written so far in `out`'s segments (a line is written whole, then flushed)."""
+    segments = out / "segments"
+    return sum(p.read_bytes().count(b"\n") for p in segments.glob("*.jsonl")) if segments.exists() else 0
+
+
+def wait_until(condition: Callable[[], bool], what: str, *, timeout: float = 60.0,
+               proc: subprocess.Popen[Any] | None = None) -> None:
+    """Poll `condition` every 0.1 s; fail when `timeout` passes, or when `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process exited (code {proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def wait_for_records(out: Path, count: int, *, timeout: float = 60.0, proc: subprocess.Popen[Any] | None = None) -> int:
+    """Wait until `count` results are written in `out` (the run is under way); returns how many there are."""
+    wait_until(lambda: count_written(out) >= count, f"{count} results in {out}", timeout=timeout, proc=proc)
+    return count_written(out)
 
 
 def read_failures(out: Path) -> list[dict[str, Any]]:

@@ -8,13 +8,9 @@ from typing import Any
 
 import orjson
 
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object",
-                   "properties": {"city": {"type": "string"},
-                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city"], "additionalProperties": False}}}
+from tests.conftest import WEATHER_TOOL
 
+__all__ = ["WEATHER_TOOL", "result", "stub", "tool_call", "write_prompt_ids", "write_segment"]
 
 def result(record_id: str, *, reasoning: str = "Let me think about this carefully.", content: str = "An answer.",
            completion_tokens: int = 120, finish_reason: str = "stop", thinking: bool = True,

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +13,9 @@ import pytest
 
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, run_client
-from tests.s3_server import BUCKET, FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
+from tests.s3_server import BUCKET, S3Server
 
 pytestmark = pytest.mark.s3
-
-
-@pytest.fixture
-def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    for name, value in FAKE_AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in UNSET_AWS_ENV:
-        monkeypatch.delenv(name, raising=False)
-    with running_s3(tmp_path / "s3") as server:
-        server.create_bucket()
-        yield server
 
 
 def tool(module: str, *args: str) -> tuple[int, dict[str, Any], str]:

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +20,12 @@ import pytest
 
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client
-from tests.s3_server import BUCKET, FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, read_s3_results, running_s3
+from tests.s3_server import BUCKET, S3Server, read_s3_results
 
-pytestmark = pytest.mark.s3
+pytestmark = [pytest.mark.s3, pytest.mark.usefixtures("aws_env")]
 
 FAST = ("--mean-tokens", "120", "--tokens-per-chunk", "3")
 CLIENT_FAST = ("--max-in-flight", "16", "--idle-timeout", "10", "--max-attempts", "8", "--grace", "5")
-
-
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in FAKE_AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in UNSET_AWS_ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def s3(tmp_path: Path) -> Iterator[S3Server]:
-    with running_s3(tmp_path / "s3") as server:
-        server.create_bucket()
-        yield server
 
 
 def s3_args(server: S3Server, prefix: str, *extra: str) -> list[str]:

@@ -24,22 +24,15 @@ from client.s3.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, m
 from client.s3.resume import fetch_ids, start
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
 from client.s3.uploader import BodyReader, ManifestConflict, PendingSegment, SegmentUploader
-from tests.s3_server import BUCKET, FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
+from tests.s3_server import BUCKET, S3Server, running_s3
 
-pytestmark = pytest.mark.s3
+pytestmark = [pytest.mark.s3, pytest.mark.usefixtures("aws_env")]
 MiB = 1 << 20
-
-
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in FAKE_AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in UNSET_AWS_ENV:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One server for the whole module (the conftest's `s3` starts one per test); tests use their own prefix."""
     with running_s3(tmp_path_factory.mktemp("s3")) as server:
         server.create_bucket()
         yield server
@@ -218,14 +211,46 @@ async def test_second_writer_with_the_same_name_is_caught(tmp_path: Path, store:
     await first.write_manifest()  # the first writer is untouched and goes on
 
 
-async def test_a_lost_manifest_reply_is_recognised_as_our_own_write(store: S3Store) -> None:
-    uploader = uploader_for(store)
+class LostReplyStore:
+    """The real store, except that the next manifest PUT is stored and then its reply is lost, as when the
+    connection drops after S3 has written the object."""
+
+    def __init__(self, store: S3Store) -> None:
+        self._store = store
+        self.lose_next_reply = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def put(self, key: str, body: bytes, md5_digest: bytes, **options: Any) -> tuple[str, str]:
+        stored = await self._store.put(key, body, md5_digest, **options)
+        if self.lose_next_reply and "/manifests/" in f"/{key}":
+            self.lose_next_reply = False
+            raise S3Unavailable(f"connection lost after sending PUT {key}")
+        return stored
+
+
+async def test_a_lost_manifest_reply_is_recognised_as_our_own_write(s3: S3Server, store: S3Store) -> None:
+    lossy = LostReplyStore(store)
+    uploader = SegmentUploader(lossy, Manifest(writer="h-0of1", host="h", shard="0/1"), None)  # type: ignore[arg-type]
     await uploader.write_manifest()
-    # Our next PUT is stored, but its reply never arrives: the uploader only knows what it sent.
-    body = uploader.manifest.to_json()
-    await store.put(manifest_key("h-0of1"), body, hashlib.md5(body).digest())
-    uploader._unconfirmed.append(hashlib.md5(body).hexdigest())
-    await uploader.write_manifest()  # If-Match fails, the stored ETag is ours: adopt it and write again
+    # The next PUT is stored, but its reply never arrives: the uploader only knows what it sent.
+    uploader.manifest.state = "stopped"
+    lossy.lose_next_reply = True
+    with pytest.raises(S3Unavailable, match="connection lost"):
+        await uploader.write_manifest()
+    stored = s3.get(BUCKET, store.url.key(manifest_key("h-0of1")))
+    assert Manifest.from_json(stored).state == "stopped", "the lost write was stored"
+    # If-Match now fails (S3 holds the lost write, not the last confirmed one); the stored ETag is one this
+    # uploader sent, so it adopts it and writes again instead of reporting a second writer.
+    uploader.manifest.state = "finished"
+    await uploader.write_manifest()
+    assert uploader.fatal is None
+    assert Manifest.from_json(s3.get(BUCKET, store.url.key(manifest_key("h-0of1")))).state == "finished"
+    # And the write after that is conditional on the adopted ETag again: it holds.
+    uploader.manifest.state = "running"
+    await uploader.write_manifest()
+    assert Manifest.from_json(s3.get(BUCKET, store.url.key(manifest_key("h-0of1")))).state == "running"
 
 
 async def test_drain_is_bounded_while_s3_is_down(tmp_path: Path) -> None:

@@ -11,19 +11,17 @@ from typing import Any
 
 import orjson
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
 
-from tests.conftest import read_results, run_client
+from tests.conftest import WEATHER_TOOL, read_results, run_client
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
-                   "required": ["city"]}}}
+pytestmark = pytest.mark.vllm
 
 
 def test_spliced_tool_result_answers_the_regenerated_call(tmp_path: Path, vllm_scripted: Any,
                                                           tiny_script: dict[str, Any],
                                                           tiny_model_dirs: dict[str, Path]) -> None:
-    source = {"id": "trip", "tools": [WEATHER], "messages": [
+    source = {"id": "trip", "tools": [WEATHER_TOOL], "messages": [
         {"role": "user", "content": "What is the weather in Paris?"},
         {"role": "assistant", "content": "", "tool_calls": [
             {"id": "src_call", "type": "function",
