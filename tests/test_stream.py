@@ -85,6 +85,29 @@ CASES = [
          (b": ping\r\n\r\n" + chunk({"content": "x"}) + chunk({}, "stop") + USAGE_EVENT + DONE)
          .replace(b"\n\n", b"\r\n\r\n"),
          content="x", usage=USAGE),
+    Case("lone CR line endings (legal SSE)",
+         (chunk({"content": "x"}) + chunk({}, "stop") + USAGE_EVENT + DONE).replace(b"\n", b"\r"),
+         content="x", usage=USAGE),
+    Case("mixed CRLF, CR and LF endings",
+         chunk({"content": "a"}).replace(b"\n\n", b"\r\r") + chunk({"content": "b"}).replace(b"\n\n", b"\r\n\n")
+         + chunk({}, "stop").replace(b"\n\n", b"\n\r\n") + USAGE_EVENT + DONE,
+         content="ab", usage=USAGE),
+    Case("comment lines, event: and id: lines inside events",
+         b": keep-alive\n\n" + b": ping\nevent: message\nid: 1\n" + chunk({"content": "x"})
+         + b"event: message\n" + chunk({}, "stop") + b"retry: 1000\n" + USAGE_EVENT + b": bye\n\n" + DONE,
+         content="x", usage=USAGE),
+    Case("JSON split over several data: lines joins with newlines",
+         b"".join(b"data: " + line + b"\n" for line in orjson.dumps(
+             {"choices": [{"index": 0, "delta": {"content": "x"}}]}, option=orjson.OPT_INDENT_2).split(b"\n"))
+         + b"\n" + b"data:" + orjson.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+         + b"\n\n" + USAGE_EVENT + DONE,
+         content="x", usage=USAGE),
+    Case("usage only on the finish chunk, no [DONE]",
+         chunk({"content": "x"}) + chunk({}, "stop", usage=USAGE),
+         content="x", usage=USAGE),
+    Case("an event with no data is ignored",
+         b"event: ping\n\n" + b"data:\n\n" + chunk({"content": "x"}) + chunk({}, "stop") + USAGE_EVENT,
+         content="x", usage=USAGE),
     Case("last event without its blank line",
          chunk({"content": "x"}) + chunk({}, "stop") + USAGE_EVENT.rstrip(b"\n"),
          content="x", usage=USAGE),

@@ -4,13 +4,15 @@ behaviour against a local aiohttp server (keep-alive, error bodies, stalls, stal
 from __future__ import annotations
 
 import asyncio
+import gzip
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from client.core.errors import ConnectFailed, StreamDropped, StreamStalled
+from client.core.errors import ConnectFailed, ProtocolError, StreamDropped, StreamStalled, UnsupportedEncoding
 from client.wire.http1 import Connection
 from client.wire.transport import StreamingTransport
 
@@ -31,6 +33,8 @@ def chunked(*pieces: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
 
+GZ = gzip.compress(b"data: a\n\ndata: b\n\n", mtime=0)
+DEFLATED = zlib.compress(b"data: a\n\ndata: b\n\n")
 HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 FRAMING = [
@@ -40,6 +44,12 @@ FRAMING = [
     ("connection close", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", 200, b"ok", False),
     ("error body", b"HTTP/1.1 429 Too Many\r\nRetry-After: 3\r\nContent-Length: 4\r\n\r\nslow", 429, b"", True),
     ("empty body", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 200, b"", True),
+    ("100 continue first", b"HTTP/1.1 100 Continue\r\n\r\n" + HEAD_CHUNKED + chunked(b"data: a\n\n"), 200,
+     b"data: a\n\n", True),
+    ("gzip, chunked", HEAD_CHUNKED.replace(b"\r\n\r\n", b"\r\nContent-Encoding: gzip\r\n\r\n")
+     + chunked(GZ[:10], GZ[10:]), 200, b"data: a\n\ndata: b\n\n", True),
+    ("deflate, content-length", b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: %d\r\n\r\n"
+     % len(DEFLATED) + DEFLATED, 200, b"data: a\n\ndata: b\n\n", True),
 ]
 
 
@@ -71,6 +81,55 @@ async def test_bad_status_line_is_a_dropped_stream() -> None:
     connection.data_received(b"SSH-2.0-OpenSSH\r\n\r\n")
     with pytest.raises(StreamDropped, match="malformed HTTP"):
         await connection.head
+
+
+def started(expect_type: str | None = None) -> tuple[Connection, list[bytes]]:
+    received: list[bytes] = []
+    connection = Connection(asyncio.get_running_loop(), "http://test")
+    connection.connection_made(FakeTransport())  # type: ignore[arg-type]
+    connection.start(b"x", received.append, idle_timeout=30, expect_type=expect_type)
+    return connection, received
+
+
+async def test_http10_body_ends_at_close() -> None:
+    connection, received = started()
+    connection.data_received(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: a\n\n")
+    connection.data_received(b"data: b\n\n")
+    assert not connection.done.done()
+    connection.connection_lost(None)
+    await connection.done
+    assert b"".join(received) == b"data: a\n\ndata: b\n\n"
+    assert not connection.reusable
+
+
+async def test_chunk_without_its_crlf_is_a_framing_error() -> None:
+    connection, received = started()
+    connection.data_received(HEAD_CHUNKED + b"5\r\nhelloXY0\r\n\r\n")
+    await connection.head
+    with pytest.raises(ProtocolError, match=r"malformed HTTP response from http://test: .*"):
+        await connection.done
+    assert received == [b"hello"]
+
+
+async def test_unknown_encoding_is_named() -> None:
+    connection, _ = started()
+    connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 3\r\n\r\nabc")
+    with pytest.raises(UnsupportedEncoding, match="Content-Encoding 'br'"):
+        await connection.head
+
+
+async def test_unexpected_content_type_is_kept_apart() -> None:
+    connection, received = started(expect_type="text/event-stream")
+    connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 6\r\n\r\n<html>")
+    await connection.done
+    assert (connection.wrong_type, received, connection.error_body) == ("text/html", [], [b"<html>"])
+
+
+async def test_repeated_headers_are_kept() -> None:
+    connection, _ = started()
+    connection.data_received(b"HTTP/1.1 204 No Content\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\n")
+    head = await connection.head
+    assert head.headers.get_all("set-cookie") == ["a=1", "b=2"]
 
 
 @pytest.fixture

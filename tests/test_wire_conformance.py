@@ -34,6 +34,7 @@ from client.wire.connect import NetworkOptions, ssl_context
 from client.wire.endpoint import Endpoint
 from client.wire.loads import parse_metrics, parse_v1_loads
 from client.wire.transport import StreamingTransport
+from tests.conftest import make_prompts, read_failures, read_results, run_client
 from tests.servers import chatwire
 from tests.servers.harness import RunningServer, ServerGroup
 from tests.servers.tlsfiles import TLSFiles, write_tls_files
@@ -348,3 +349,27 @@ async def test_dead_proxy_is_named(group: ServerGroup, refuse: bool) -> None:
     finally:
         await ep.aclose()
     assert server.log_records() == []
+
+
+# -- end to end ------------------------------------------------------------------------------------------
+
+def test_client_run_through_a_prefixed_reverse_proxy(group: ServerGroup, tmp_path: Path) -> None:
+    """`python -m client.run` against an odd server behind a reverse proxy, base URL `.../api/x/v1/`."""
+    upstream = group.oddserver("crlf", "comments_events", "no_done", "usage_on_finish")
+    proxy = group.reverse_proxy(upstream, "/api/x")
+    prompts = make_prompts(tmp_path / "prompts.jsonl", 6, with_tools_every=0)
+    out = tmp_path / "out"
+    base = proxy.url + "/api/x/v1/"
+    result = run_client(["--endpoints", base, "--prompts", str(prompts), "--out", str(out),
+                         "--max-in-flight", "4", "--max-tokens", "64"], timeout=90)
+    assert result.code == 0, result.stderr[-3000:]
+    records = read_results(out)
+    assert sorted(r["id"] for r in records) == [f"p{i:06d}" for i in range(6)]
+    for record in records:
+        assert (record["reasoning"], record["content"]) == (chatwire.REASONING_TEXT, chatwire.CONTENT_TEXT)
+        assert record["finish_reason"] == "stop"
+        assert record["usage"]["completion_tokens"] == ANSWER.completion_tokens
+        assert record["endpoint"] == proxy.url + "/api/x/v1"
+    carried = {r["path"] for r in proxy.log_records()}
+    assert "/api/x/v1/chat/completions" in carried and "/api/x/health" in carried
+    assert not read_failures(out)
