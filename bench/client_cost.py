@@ -3,8 +3,8 @@
 Starts a simulated fleet (subprocesses; their CPU is not counted), then streams the same workload three
 times with N concurrent streams: (a) the openai SDK's AsyncOpenAI streaming loop, (b) a plain httpx
 (default transport) + json loop, (c) our Endpoint.stream_chat (an asyncio Protocol whose HTTP is parsed by
-httptools, feeding a byte-level SSE parser that uses orjson). Client CPU is this process's CPU time (user + system) across the streaming phase;
-chunks are the SSE events received.
+httptools, feeding a byte-level SSE parser that uses orjson). Client CPU is this process's CPU time
+(user + system) across the streaming phase; chunks are the SSE events received.
 
     python -m bench.client_cost [--streams 1000] [--requests 3000] [--mean-tokens 100] [--servers 4]
 """

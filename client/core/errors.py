@@ -312,10 +312,12 @@ def map_httpx_error(exc: BaseException, *, where: str, host_port: str, proxy: st
     if proxy is not None and isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
         return ProxyFailed(f"cannot connect to proxy {proxy} (for {host_port}): {detail}; check --proxy or "
                            "HTTP_PROXY/HTTPS_PROXY, or exempt the host with NO_PROXY")
-    if isinstance(exc, httpx.RemoteProtocolError) and "without sending a response" in detail:
-        if proxy is not None:
-            return ProxyFailed(f"proxy {proxy} closed the connection without an answer to GET {where}; check "
-                               "--proxy or HTTP_PROXY/HTTPS_PROXY")
+    silent = isinstance(exc, httpx.RemoteProtocolError) and "without sending a response" in detail
+    if proxy is not None and (silent or isinstance(exc, httpx.NetworkError)):
+        # The proxy is the only peer httpx talks to then: a connection it drops or resets is its failure.
+        return ProxyFailed(f"proxy {proxy} dropped the connection carrying GET {where} ({detail}); check "
+                           "--proxy or HTTP_PROXY/HTTPS_PROXY")
+    if silent:
         return StreamDropped(f"{where} closed the connection before the response")
     if isinstance(exc, httpx.ReadTimeout):
         return StreamStalled(f"no answer from {where} within the time limit")
