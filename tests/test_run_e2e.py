@@ -5,14 +5,13 @@ from __future__ import annotations
 import collections
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from launch.sim.fleet import SimServerSpec
-from tests.conftest import REPO, client_command, make_prompts, read_failures, read_results, run_client
+from tests.conftest import REPO, client_command, make_prompts, read_failures, read_results, run_client, wait_for_records
 
 FAST = ("--mean-tokens", "120", "--tokens-per-chunk", "3")
 FAULTS = ("--fail-500", "0.03", "--fail-429", "0.03", "--drop-stream", "0.03", "--stall-stream", "0.02",
@@ -66,13 +65,7 @@ def test_kill_9_mid_run_then_rerun(tmp_path: Path, fleet_factory: Any) -> None:
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out), *CLIENT_FAST,
             "--idle-timeout", "30"]
     proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        written = sum(len(p.read_bytes().splitlines()) for p in (out / "segments").glob("*.jsonl")) \
-            if (out / "segments").exists() else 0
-        if written >= 60:
-            break
-        time.sleep(0.2)
+    wait_for_records(out, 60, proc=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     first = read_results(out) if not _has_torn_tail(out) else None
@@ -94,7 +87,7 @@ def test_server_stopped_mid_run_still_completes(tmp_path: Path, fleet_factory: A
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out), *CLIENT_FAST]
     proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(3.0)
+    wait_for_records(out, 40, proc=proc)
     fleet.kill(1)
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr[-3000:]
@@ -111,7 +104,7 @@ def test_sigint_stops_gracefully_and_rerun_finishes(tmp_path: Path, fleet_factor
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out), *CLIENT_FAST]
     proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(3.0)
+    wait_for_records(out, 20, proc=proc)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr[-2000:]

@@ -11,7 +11,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import orjson
 import pytest
 
 from launch.sim.fleet import SimServerSpec
-from tests.conftest import REPO, client_command, make_prompts, read_results, run_client
+from tests.conftest import REPO, client_command, count_written, make_prompts, read_results, run_client, wait_until
 from tests.s3_server import BUCKET, S3Server, read_s3_results
 
 pytestmark = [pytest.mark.s3, pytest.mark.usefixtures("aws_env")]
@@ -43,26 +42,12 @@ def ids(count: int, prefix: str = "p") -> set[str]:
     return {f"{prefix}{i:06d}" for i in range(count)}
 
 
-def local_lines(out: Path) -> int:
-    segments = out / "segments"
-    return sum(p.read_bytes().count(b"\n") for p in segments.glob("*.jsonl")) if segments.exists() else 0
-
-
 def manifest_segments(server: S3Server, prefix: str) -> int:
     try:
         keys = server.keys(BUCKET, f"{prefix}/manifests/")
         return sum(len(orjson.loads(server.get(BUCKET, k))["segments"]) for k in keys)
     except Exception:  # the server may be down or restarting: "not yet"
         return 0
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def most_pending(progress: Path) -> int:
@@ -110,7 +95,7 @@ def test_resume_from_s3_alone_with_an_empty_dir(tmp_path: Path, fleet_factory: A
             *s3_args(s3, "run", "--sync-interval", "1", "--s3-gzip", "--delete-uploaded")]
     proc = subprocess.Popen(client_command([*args, "--out", str(first_out)]), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: manifest_segments(s3, "run") >= 2, 60, "two uploaded segments")
+    wait_until(lambda: manifest_segments(s3, "run") >= 2, "two uploaded segments", timeout=60, proc=proc)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr[-2000:]
@@ -137,11 +122,11 @@ def test_s3_outage_mid_run_then_everything_uploads(tmp_path: Path, fleet_factory
             "--progress-every", "0.5", *s3_args(s3, "run", "--sync-interval", "1")]
     with log.open("w") as stdout:
         proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: manifest_segments(s3, "run") >= 1, 60, "a first upload")
+        wait_until(lambda: manifest_segments(s3, "run") >= 1, "a first upload", timeout=60, proc=proc)
         s3.stop()
-        written = local_lines(out)
-        wait_for(lambda: most_pending(log) >= 3 and local_lines(out) > written + 20,
-                 60, "the run to go on writing locally while S3 is down")
+        written = count_written(out)
+        wait_until(lambda: most_pending(log) >= 3 and count_written(out) > written + 20,
+                   "the run to go on writing locally while S3 is down", timeout=60, proc=proc)
         s3.restart()
         _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr[-3000:]
@@ -209,7 +194,7 @@ def test_full_disk_with_s3_on_stops_keeps_lines_and_rerun_continues(tmp_path: Pa
                           preexec_fn=small_disk, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, check=False)
     assert proc.returncode == 4, proc.stderr[-3000:]
     assert "Every line already written is intact" in proc.stderr
-    assert 0 < local_lines(out) < 200
+    assert 0 < count_written(out) < 200
 
     result = run_client(args)
     assert result.code == 0, result.stderr[-3000:]
@@ -236,7 +221,7 @@ def test_s3_down_at_the_end_exits_5_and_the_rerun_uploads(tmp_path: Path, fleet_
             *s3_args(s3, "run", "--sync-interval", "1", "--sync-wait", "2")]
     proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
-    wait_for(lambda: bool(s3.keys(BUCKET, "run/manifests/")), 60, "the run to register in S3")
+    wait_until(lambda: bool(s3.keys(BUCKET, "run/manifests/")), "the run to register in S3", timeout=60, proc=proc)
     s3.stop()
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 5, stderr[-2000:]

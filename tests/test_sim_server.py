@@ -264,7 +264,10 @@ async def test_health_is_503_during_startup_delay() -> None:
     async with serving(startup_delay=0.4) as (_, client):
         early = await client.get("/health")
         chat = await client.post("/v1/chat/completions", json=body())
-        await asyncio.sleep(0.5)
-        late = await client.get("/health")
+        for _ in range(100):  # ready once the delay is over: within 5 s
+            late = await client.get("/health")
+            if late.status_code != 503:
+                break
+            await asyncio.sleep(0.05)
     assert early.status_code == 503 and chat.status_code == 503
     assert late.status_code == 200

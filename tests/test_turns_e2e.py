@@ -7,14 +7,13 @@ import collections
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from launch.sim.fleet import SimServerSpec
-from tests.conftest import REPO, client_command, read_results, run_client
+from tests.conftest import REPO, client_command, read_results, run_client, wait_for_records
 
 FAST = ("--mean-tokens", "60", "--tokens-per-chunk", "2")
 WEATHER = {"type": "function", "function": {
@@ -139,12 +138,7 @@ def test_kill_9_mid_conversation_then_rerun_continues(tmp_path: Path, fleet_fact
     out = tmp_path / "out"
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out), "--turns", "all"]
     proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        segments = list((out / "segments").glob("*.jsonl")) if (out / "segments").exists() else []
-        if sum(len(p.read_bytes().splitlines()) for p in segments) >= 40:
-            break
-        time.sleep(0.2)
+    wait_for_records(out, 40, timeout=90, proc=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     before = written_ids(out)
