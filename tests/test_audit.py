@@ -48,6 +48,7 @@ def test_stub_ridden_run_fails_loudly(tmp_path: Path) -> None:
     assert "most completions are stubs" in proc.stdout
 
 
+@pytest.mark.slow
 def test_healthy_simulated_run_passes(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=32, speed=50.0,
                                          extra_args=("--tokens-per-chunk", "32", "--mean-tokens", "1500"))] * 2)

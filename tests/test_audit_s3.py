@@ -24,6 +24,7 @@ def tool(module: str, *args: str) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
 
 
+@pytest.mark.slow
 def test_audit_and_estimate_read_the_s3_prefix(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=16, speed=40.0,
                                          extra_args=("--mean-tokens", "200", "--tokens-per-chunk", "8"))] * 2)

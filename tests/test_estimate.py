@@ -178,6 +178,7 @@ def test_from_results_without_timings_cannot_project(tmp_path: Path) -> None:
     assert data["projection"] is None and "no projection" in stderr
 
 
+@pytest.mark.slow
 def test_calibration_on_a_simulated_fleet(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0,
                                          extra_args=("--mean-tokens", "80", "--tokens-per-chunk", "8"))] * 2)
@@ -210,6 +211,7 @@ def test_calibration_on_a_simulated_fleet(tmp_path: Path, fleet_factory: Any) ->
     assert code == 2 and "is not empty" in stderr
 
 
+@pytest.mark.slow
 def test_options_are_checked(tmp_path: Path) -> None:
     prompts = prompt_file(tmp_path / "p.jsonl", ["a-1"])
     code, _, stderr = estimate("--prompts", str(prompts))

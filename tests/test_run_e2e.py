@@ -32,6 +32,7 @@ def assert_complete_once(records: list[dict[str, Any]], expected_ids: set[str]) 
         assert record["sampling"]["enable_thinking"] is True
 
 
+@pytest.mark.slow
 def test_four_servers_500_prompts_with_faults(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=16, speed=40.0, extra_args=FAST + FAULTS)] * 4)
     prompts = make_prompts(tmp_path / "p.jsonl", 500)
@@ -58,6 +59,7 @@ def test_four_servers_500_prompts_with_faults(tmp_path: Path, fleet_factory: Any
     assert_complete_once(read_results(out), {f"p{i:06d}" for i in range(500)})
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_rerun(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=8.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 300)
@@ -80,6 +82,7 @@ def _has_torn_tail(out: Path) -> bool:
     return any(p.read_bytes()[-1:] not in (b"", b"\n") for p in (out / "segments").glob("*.jsonl"))
 
 
+@pytest.mark.slow
 def test_server_stopped_mid_run_still_completes(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=10.0, extra_args=FAST)] * 3)
     prompts = make_prompts(tmp_path / "p.jsonl", 240)
@@ -97,6 +100,7 @@ def test_server_stopped_mid_run_still_completes(tmp_path: Path, fleet_factory: A
     assert len(late) < 240
 
 
+@pytest.mark.slow
 def test_sigint_stops_gracefully_and_rerun_finishes(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=5.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 200)

@@ -64,6 +64,7 @@ def status(server: S3Server, prefix: str, *extra: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 def test_uploads_manifest_checksums_and_status(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=16, speed=40.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 300)
@@ -87,6 +88,7 @@ def test_uploads_manifest_checksums_and_status(tmp_path: Path, fleet_factory: An
     assert [row["shard"] for row in report["shards"]] == ["0/1"] and not report["shards"][0]["stale"]
 
 
+@pytest.mark.slow
 def test_resume_from_s3_alone_with_an_empty_dir(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=6.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 240)
@@ -113,6 +115,7 @@ def test_resume_from_s3_alone_with_an_empty_dir(tmp_path: Path, fleet_factory: A
     assert all(key.endswith((".jsonl.gz", ".ids.gz")) for key in s3.keys(BUCKET, "run/segments/"))
 
 
+@pytest.mark.slow
 def test_s3_outage_mid_run_then_everything_uploads(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=3.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 300)
@@ -135,6 +138,7 @@ def test_s3_outage_mid_run_then_everything_uploads(tmp_path: Path, fleet_factory
     assert_once(read_s3_results(s3, BUCKET, "run"), ids(300))
 
 
+@pytest.mark.slow
 def test_kill_9_during_an_upload_then_rerun(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=6.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 200)
@@ -157,6 +161,7 @@ def test_kill_9_during_an_upload_then_rerun(tmp_path: Path, fleet_factory: Any, 
     assert_once(read_results(out), ids(200))
 
 
+@pytest.mark.slow
 def test_two_shards_write_one_prefix(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=16, speed=20.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 300)
@@ -178,6 +183,7 @@ def test_two_shards_write_one_prefix(tmp_path: Path, fleet_factory: Any, s3: S3S
     assert report["totals"]["done"] == 300 and report["totals"]["remaining"] == 0
 
 
+@pytest.mark.slow
 def test_full_disk_with_s3_on_stops_keeps_lines_and_rerun_continues(tmp_path: Path, fleet_factory: Any,
                                                                     s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=20.0, extra_args=FAST)] * 2)
@@ -213,6 +219,7 @@ def test_missing_bucket_fails_before_any_request(tmp_path: Path, fleet_factory: 
     assert not list((tmp_path / "out" / "segments").glob("*.jsonl"))
 
 
+@pytest.mark.slow
 def test_s3_down_at_the_end_exits_5_and_the_rerun_uploads(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=6.0, extra_args=FAST)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 150)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, read_results, run_client, wait_for_records
@@ -132,6 +133,7 @@ def test_turns_of_a_conversation_stay_on_one_endpoint(tmp_path: Path, fleet_fact
     assert len(starts) == 3, "the balancer still spreads new conversations over the fleet"
 
 
+@pytest.mark.slow
 def test_kill_9_mid_conversation_then_rerun_continues(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=3.0, extra_args=FAST)] * 2)
     prompts = write(tmp_path / "p.jsonl", [chat3(f"c{i:03d}") for i in range(60)])
