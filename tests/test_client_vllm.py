@@ -317,4 +317,4 @@ def test_return_token_ids_is_never_sent_to_sglang(tmp_path: Path, fleet_factory:
     log = (tmp_path / "sim-logs-0" / "sim-0.log").read_text(errors="replace")
     posts = re.findall(r'"POST /v1/chat/completions HTTP/1.1" (\d{3})', log)
     assert posts.count("400") == 1, "only the test's own probe was refused"
-    assert posts.count("200") == len(records)
+    assert posts.count("200") == len(records) + 1, "every prompt, plus the client's one preflight request"

@@ -193,7 +193,7 @@ def _result_ids(location: str, s3_endpoint_url: str | None) -> Iterator[tuple[st
 
 def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
               s3_endpoint_url: str | None = None) -> IdCheck:
-    prompt_hashes = array("q", (id_hash(i) for i, _ in _prompt_ids(prompt_paths)))
+    prompt_hashes = array("Q", (id_hash(i) for i, _ in _prompt_ids(prompt_paths)))
     prompts = sorted(prompt_hashes)
     results = sorted(result_ids)
     del prompt_hashes

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from client.core.errors import AttemptError, ConnectFailed, RequestRejected, ServerError, StreamDropped, StreamStalled
 from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint
+from client.fleet.readiness import NO_HEALTH_ROUTE, probe
 from client.wire.endpoint import Endpoint
 from client.wire.loads import LOAD_SOURCES, LoadFormatError, ServerLoad
 
@@ -37,6 +38,7 @@ class DispatchSettings:
     poll_timeout: float = 5.0
     probe_interval: float = 2.0
     health_interval: float = 30.0
+    probe_timeout: float = 30.0  # a health probe of an endpoint out of rotation; slow is not dead
     headroom: float = DEFAULT_HEADROOM
     default_capacity: int = 32  # decode slots assumed when a server does not report them
     rediscover_s: float = 30.0  # retry load sources after all of them failed
@@ -164,12 +166,13 @@ class Dispatcher:
         next_health = time.monotonic() + self.settings.health_interval
         while not self._closed:
             if endpoint.counters.state != UP:
-                status = await endpoint.health()
-                if status == 200:
+                readiness = await probe(endpoint, limit_s=self.settings.probe_timeout)
+                if readiness.ready:
                     tracked.went_down.clear()
                     await self.set_state(endpoint, UP)
                     next_health = time.monotonic() + self.settings.health_interval
                 else:
+                    endpoint.counters.last_error = f"not ready: {readiness.reason}"[:200]
                     await asyncio.sleep(self.settings.probe_interval)
                 continue
             await self._poll_load(endpoint, tracked)
@@ -178,7 +181,7 @@ class Dispatcher:
                 status = await endpoint.health(limit_s=10.0)
                 # No answer in time is not proof of death (SGLang's /health generates a token and can be
                 # slow under load); a non-200 answer is, and a refused connection shows in the polls.
-                if status is not None and status != 200:
+                if status is not None and status != 200 and status not in NO_HEALTH_ROUTE:
                     await self.set_state(endpoint, DOWN, f"/health answered {status}")
                     continue
             with contextlib.suppress(TimeoutError):

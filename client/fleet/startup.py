@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from client.core.errors import AttemptError, ConfigError
 from client.fleet.dispatcher import STARTING, UP
+from client.fleet.readiness import probe
 from client.wire.endpoint import Endpoint
 
 
@@ -40,18 +41,30 @@ def parse_endpoints(spec: str) -> list[str]:
     return urls
 
 
-async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float) -> None:
-    """Every endpoint must answer /health (200 = up, anything else = still starting, joins later).
+# A health check at start may take this long before it counts as "no answer" (SGLang's /health
+# generates a token); --wait-ready extends it.
+HEALTH_LIMIT_S = 30.0
+
+
+async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
+                          note: Callable[[str], None] = lambda _: None) -> None:
+    """Every endpoint must be reachable; those not ready yet (still loading, slow) join later.
 
     An endpoint nothing answers on is usually a wrong host or port, so it stops the run unless
-    `wait_s` gives a fleet still loading its weights time to open its ports.
+    `wait_s` gives a fleet still loading its weights time to open its ports. Not-ready endpoints carry
+    their reason in `counters.last_error`, which the live view and the plain lines show.
     """
     deadline = time.monotonic() + wait_s
     while True:
-        statuses = await asyncio.gather(*(e.health() for e in endpoints))
-        for endpoint, status in zip(endpoints, statuses, strict=True):
-            endpoint.counters.state = UP if status == 200 else STARTING
-        silent = [e.url for e, status in zip(endpoints, statuses, strict=True) if status is None]
+        limit_s = max(HEALTH_LIMIT_S, deadline - time.monotonic())
+        found = await asyncio.gather(*(probe(e, limit_s) for e in endpoints))
+        for endpoint, readiness in zip(endpoints, found, strict=True):
+            endpoint.counters.state = UP if readiness.ready else STARTING
+            if readiness.via_models:
+                note(f"{endpoint.url}: no /health route; ready because /v1/models answers")
+            if not readiness.ready:
+                endpoint.counters.last_error = f"not ready: {readiness.reason}"[:200]
+        silent = [f"{e.url} ({r.reason})" for e, r in zip(endpoints, found, strict=True) if not r.reachable]
         if not silent:
             return
         for endpoint in endpoints:  # an untrusted certificate or a failing proxy is not "still loading"
@@ -59,7 +72,7 @@ async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float) -> None:
                 raise ConfigError(f"{endpoint.url}: {endpoint.last_error}") from endpoint.last_error
         if time.monotonic() >= deadline:
             raise ConfigError(
-                f"cannot reach {len(silent)} of {len(endpoints)} endpoint(s): {', '.join(silent)}. "
+                f"cannot reach {len(silent)} of {len(endpoints)} endpoint(s): {'; '.join(silent)}. "
                 "Check the host and port; if the servers are still loading, pass --wait-ready SECONDS."
             )
         await asyncio.sleep(2.0)

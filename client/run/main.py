@@ -101,7 +101,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     ]
     stats.endpoints = [e.counters for e in endpoints]
     try:
-        await check_reachable(endpoints, args.wait_ready)
+        await check_reachable(endpoints, args.wait_ready, note=say)
         model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
         await check_max_tokens(endpoints, model, settings.max_tokens)
         policy = await settle_fields(endpoints, settings, model=model, compat=args.compat,
