@@ -36,7 +36,7 @@ def progress_line(snap: StatsSnapshot) -> str:
         f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}) "
         f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated} "
         f"endpoints {up}/{len(snap.endpoints)} up{sync}"
-    )
+    ) + "".join(f" | {e.url} {e.state}: {e.last_error}" for e in snap.endpoints if e.state != "up")
 
 
 def render(snap: StatsSnapshot) -> Group:

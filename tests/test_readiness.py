@@ -1,0 +1,50 @@
+"""Readiness as a user meets it: a server without /health, a slow /health, and an endpoint that never gets
+ready, whose reason shows in the plain progress lines while the rest of the fleet does the work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_prompts, read_results, run_client
+from tests.servers.harness import ServerGroup
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[ServerGroup]:
+    with ServerGroup(tmp_path) as group:
+        yield group
+
+
+def test_no_health_route_is_ready_by_models(servers: ServerGroup, tmp_path: Path) -> None:
+    server = servers.oddserver("health404")
+    prompts = make_prompts(tmp_path / "p.jsonl", 6)
+    result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out")])
+    assert result.code == 0, result.stderr
+    assert f"{server.url}: no /health route; ready because /v1/models answers" in result.stderr
+    assert len(read_results(tmp_path / "out")) == 6
+
+
+@pytest.mark.slow
+def test_slow_health_is_waited_for(servers: ServerGroup, tmp_path: Path) -> None:
+    server = servers.oddserver("health_slow", extra=("--health-delay", "7"))  # over the old 5 s limit
+    prompts = make_prompts(tmp_path / "p.jsonl", 4)
+    result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out")])
+    assert result.code == 0, result.stderr
+    assert "cannot reach" not in result.stderr
+    assert len(read_results(tmp_path / "out")) == 4
+
+
+@pytest.mark.slow
+def test_an_endpoint_never_ready_shows_why(servers: ServerGroup, tmp_path: Path) -> None:
+    good = servers.oddserver("normal", extra=("--chunk-delay", "0.15"))
+    loading = servers.oddserver("normal", extra=("--health-status", "503"))
+    prompts = make_prompts(tmp_path / "p.jsonl", 24)
+    result = run_client(["--endpoints", f"{good.url},{loading.url}", "--prompts", str(prompts),
+                         "--out", str(tmp_path / "out"), "--max-in-flight", "4"])
+    assert result.code == 0, result.stderr
+    assert f"{loading.url} starting: not ready: /health answered 503 (still starting?)" in result.stdout
+    records = read_results(tmp_path / "out")
+    assert len(records) == 24 and {r["endpoint"] for r in records} == {good.url}
