@@ -30,6 +30,7 @@ from client.estimate.model import sustained_throughput
 from client.estimate.project import Projection, Settings, default_caps, default_gpus, project
 from client.estimate.report import render
 from client.estimate.sample import Census, allocate, census, draw, write_records
+from client.fleet.options import add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
 from client.local.sink import ResultSink, new_run_id
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     way.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                      help="connection cap per endpoint; the balancer keeps each server at its capacity "
                           "(default: %(default)s)")
+    add_network_options(way)
     way.add_argument("--compat", choices=COMPAT_CHOICES, default="auto",
                      help="which extension fields go out, as in client.run --compat (default: %(default)s)")
     way.add_argument("--wait-ready", type=float, default=0.0, metavar="SECONDS",
@@ -182,7 +184,7 @@ def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Me
         return path, len(chosen)
 
     fleet = FleetOptions(tuple(parse_endpoints(args.endpoints)), args.model, args.api_key, args.max_in_flight,
-                         args.wait_ready, args.max_attempts, compat=args.compat)
+                         args.wait_ready, args.max_attempts, network=network_from(args), compat=args.compat)
     run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample,
                                                 progress_every_s=args.progress_every))
     found, _ = measure(str(out), lambda record: chosen.get(record["id"]))

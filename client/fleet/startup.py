@@ -14,6 +14,7 @@ from client.core.errors import AttemptError, ConfigError
 from client.fleet.dispatcher import STARTING, UP
 from client.fleet.readiness import probe
 from client.wire.endpoint import Endpoint
+from client.wire.urls import ServerURL
 
 
 def parse_endpoints(spec: str) -> list[str]:
@@ -29,15 +30,22 @@ def parse_endpoints(spec: str) -> list[str]:
     else:
         items = [item.strip() for item in spec.split(",")]
         origin = "--endpoints"
-    urls = [item.rstrip("/") for item in items if item]
+    urls = [item for item in items if item]
     if not urls:
         raise ConfigError(f"{origin}: no endpoint URLs given")
+    servers: dict[str, str] = {}
+    duplicates: set[str] = set()
     for url in urls:
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{origin}: {url!r} is not an http(s) URL (expected e.g. http://10.0.0.5:30000)")
-    duplicates = sorted({url for url in urls if urls.count(url) > 1})
+        try:
+            server = ServerURL.parse(url)
+        except ValueError as exc:  # the text carries no credentials
+            raise ConfigError(f"{origin}: {exc} (expected e.g. http://10.0.0.5:30000 or https://host/v1)") from None
+        key = f"{server.origin}{server.root}"  # the same server with or without /v1 is one server
+        if key in servers:
+            duplicates.add(server.display)
+        servers[key] = server.display
     if duplicates:
-        raise ConfigError(f"{origin}: endpoint listed twice: {', '.join(duplicates)}")
+        raise ConfigError(f"{origin}: endpoint listed twice: {', '.join(sorted(duplicates))}")
     return urls
 
 

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from client.core.options import DEFAULT_MAX_IN_FLIGHT, float_in, non_negative_float, positive_float, positive_int
 from client.core.payload import SamplingSettings
+from client.fleet.options import add_network_options
 from client.fleet.preflight import COMPAT_CHOICES
 
 T = TypeVar("T")
@@ -78,16 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
                        help="bearer token for the servers (default: $REGEN_API_KEY; or put it in the URL, "
                             "http://user:TOKEN@host, which is sent as the bearer token and never shown)")
-    fleet.add_argument("--ca-bundle", metavar="FILE",
-                       help="trust the CA certificates in this PEM file for https endpoints, instead of the "
-                            "system's (which $SSL_CERT_FILE / $SSL_CERT_DIR may also point elsewhere)")
-    fleet.add_argument("--insecure", action="store_true",
-                       help="do not verify the TLS certificates of https endpoints (a warning is printed)")
-    fleet.add_argument("--proxy", metavar="URL|none",
-                       help="send every request, to every endpoint, through this http:// proxy (https "
-                            "endpoints via CONNECT); 'none' to use no proxy. Default: $HTTPS_PROXY / "
-                            "$HTTP_PROXY / $ALL_PROXY except hosts in $NO_PROXY; 127.0.0.1 and localhost "
-                            "never go through a proxy from the environment")
+    add_network_options(fleet)
     fleet.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                        help="hard cap of requests in flight per endpoint; within it, each endpoint is kept "
                             "filled to its decode slots plus a small queue (default: %(default)s)")

@@ -21,6 +21,7 @@ from client.core.errors import ConfigError, InputError, RegenError, SinkError
 from client.core.loop import run_async
 from client.core.stats import EndpointCounters, RunStats, StatsSnapshot
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
+from client.fleet.options import network_from
 from client.fleet.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
 from client.local.failures import read_too_long_ids
 from client.local.ledger import read_done_ids
@@ -36,7 +37,6 @@ from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm
 from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger
 from client.s3.uploader import SyncReport
-from client.wire.connect import NetworkOptions
 from client.wire.endpoint import Endpoint
 
 EXIT_OK, EXIT_FAILURES, EXIT_CONFIG, EXIT_INPUT, EXIT_SINK, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -93,7 +93,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
             "(too_long in the failures file); pass --retry-too-long to send them again")
 
     stats = RunStats(gpus=args.gpus)
-    network = NetworkOptions(ca_bundle=args.ca_bundle, insecure=args.insecure, proxy=args.proxy)
+    network = network_from(args)
     endpoints = [
         Endpoint(url, EndpointCounters(url=url, index=i), max_in_flight=args.max_in_flight,
                  idle_timeout=args.idle_timeout, api_key=args.api_key, network=network)
