@@ -1,0 +1,85 @@
+"""client.estimate.model, table-driven: the batch makespan model, quantiles and intervals, and the
+bootstrap replicates the estimate's intervals come from."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.estimate.model import (
+    EXACT_BOOTSTRAP_LIMIT,
+    Interval,
+    bootstrap_rates,
+    bootstrap_totals,
+    interval,
+    makespan,
+    quantile,
+    tail_draws,
+)
+
+
+@pytest.mark.parametrize(("lengths", "slots", "per_slot", "kappa", "seconds"), [
+    ([], 4, 10.0, 0.0, 0.0),
+    ([10] * 4, 4, 10.0, 0.0, 1.0),  # one wave
+    ([10] * 8, 4, 10.0, 0.0, 2.0),  # two waves
+    ([30, 10, 10, 10], 2, 10.0, 0.0, 3.0),  # the long job runs while the short ones follow each other
+    ([5, 5], 0, 5.0, 0.0, 2.0),  # no slots counts as one
+    ([10, 10], 2, 10.0, 1.0, 1.0),  # a full batch runs at per_slot
+    ([10], 2, 10.0, 1.0, 10 / 15),  # a lone job runs faster: (1 + 2) / (1 + 1) times per_slot
+], ids=["empty", "one-wave", "two-waves", "long-job", "zero-slots", "full-batch", "lone-job-faster"])
+def test_makespan(lengths: list[int], slots: int, per_slot: float, kappa: float, seconds: float) -> None:
+    assert makespan(lengths, slots, per_slot, kappa) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(("ordered", "fraction", "value"), [
+    ([], 0.5, 0.0),
+    ([5.0], 0.9, 5.0),
+    ([1.0, 2.0, 3.0], 0.5, 2.0),
+    ([0.0, 10.0], 0.25, 2.5),
+    ([1.0, 2.0, 3.0, 4.0], 1.0, 4.0),
+    ([1.0, 2.0, 3.0, 4.0], 0.0, 1.0),
+])
+def test_quantile(ordered: list[float], fraction: float, value: float) -> None:
+    assert quantile(ordered, fraction) == pytest.approx(value)
+
+
+def test_interval_takes_the_central_share_of_the_replicates() -> None:
+    replicates = [float(i) for i in range(101)][::-1]  # order does not matter
+    assert interval(50.0, replicates) == Interval(50.0, pytest.approx(5.0), pytest.approx(95.0))
+    assert interval(50.0, replicates, coverage=0.5) == Interval(50.0, pytest.approx(25.0), pytest.approx(75.0))
+    assert interval(1.0, []) == Interval(1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize(("strata", "total"), [
+    ([(10, [5, 5, 5])], 50.0),  # no spread: every replicate is count x length
+    ([(10, [5, 5, 5]), (4, [2])], 58.0),
+    ([(10, [])], 0.0),  # a stratum with no lengths adds nothing
+    ([(3, [7] * (EXACT_BOOTSTRAP_LIMIT + 1))], 21.0),  # the normal approximation, with no spread
+])
+def test_bootstrap_totals_without_spread_are_exact(strata: list[tuple[int, list[int]]], total: float) -> None:
+    assert bootstrap_totals(strata, rounds=20, seed=1) == pytest.approx([total] * 20)
+
+
+def test_bootstrap_totals_spread_and_repeat() -> None:
+    strata = [(100, [1, 10, 100])]
+    first = bootstrap_totals(strata, rounds=200, seed=3)
+    assert first == bootstrap_totals(strata, rounds=200, seed=3), "a seed gives the same replicates"
+    assert 100 <= min(first) < max(first) <= 10_000
+    assert sum(first) / len(first) == pytest.approx(100 * 111 / 3, rel=0.15)
+
+
+@pytest.mark.parametrize(("blocks", "rate"), [
+    ([(100.0, 1.0), (200.0, 2.0)], 100.0),  # every block at 100 tok/s
+    ([(0.0, 0.0)], 0.0),  # no time measured
+])
+def test_bootstrap_rates(blocks: list[tuple[float, float]], rate: float) -> None:
+    assert bootstrap_rates(blocks, rounds=10, seed=0) == pytest.approx([rate] * 10)
+
+
+@pytest.mark.parametrize(("lengths", "jobs", "per_slot"), [([], 10, 1.0), ([5], 0, 1.0), ([5], 10, 0.0)])
+def test_tail_draws_without_work_are_zero(lengths: list[int], jobs: int, per_slot: float) -> None:
+    assert tail_draws(lengths, [1.0] * len(lengths), jobs, slots=4, per_slot=per_slot, seed=0) == [0.0]
+
+
+def test_a_long_job_last_makes_a_tail() -> None:
+    tails = tail_draws([1, 1000], [0.5, 0.5], jobs=8, slots=4, per_slot=10.0, seed=0)
+    assert tails and all(t >= 0 for t in tails) and max(tails) > 0

@@ -1,0 +1,113 @@
+"""client.core.payload, table-driven: the request a prompt becomes under each field policy, and the
+sampling block recorded with it (exactly what was sent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from client.core.payload import EXTENSION_FIELDS, FieldPolicy, SamplingSettings, build_payload, request_messages
+from client.core.records import Prompt
+from tests.conftest import WEATHER_TOOL
+
+USER = {"role": "user", "content": "Weather in Oslo?"}
+ASSISTANT = {"role": "assistant", "content": "It rains."}
+TOOL_TURN = {"role": "tool", "tool_call_id": "c1", "content": "rain"}
+STANDARD = {"model", "messages", "stream", "stream_options", "max_tokens", "temperature", "top_p",
+            "presence_penalty"}
+
+
+def prompt(*messages: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> Prompt:
+    return Prompt(id="p", messages=list(messages), tools=tools, meta=None, source="test.jsonl", line=1)
+
+
+@pytest.mark.parametrize(("messages", "sent"), [
+    ([USER], [USER]),
+    ([USER, ASSISTANT], [USER]),  # the final assistant turn is the one regenerated
+    ([USER, ASSISTANT, USER], [USER, ASSISTANT, USER]),
+    ([USER, TOOL_TURN], [USER, TOOL_TURN]),
+    ([], []),
+], ids=["user", "final-assistant-dropped", "assistant-in-history-kept", "tool-last", "empty"])
+def test_request_messages(messages: list[dict[str, Any]], sent: list[dict[str, Any]]) -> None:
+    assert request_messages(prompt(*messages)) == sent
+
+
+@pytest.mark.parametrize(("policy", "settings", "extensions"), [
+    (FieldPolicy.everything(), SamplingSettings(), {"top_k", "min_p", "chat_template_kwargs"}),
+    (FieldPolicy.standard(), SamplingSettings(), set()),
+    (FieldPolicy.everything(), SamplingSettings(top_k=None, min_p=None), {"chat_template_kwargs"}),
+    (FieldPolicy(frozenset({"top_k"})), SamplingSettings(), {"top_k"}),
+    (FieldPolicy(frozenset({"chat_template_kwargs"})), SamplingSettings(), {"chat_template_kwargs"}),
+], ids=["sglang-like", "openai", "unset-extensions", "top_k-only", "kwargs-only"])
+def test_extension_fields_follow_the_policy(policy: FieldPolicy, settings: SamplingSettings,
+                                             extensions: set[str]) -> None:
+    payload = build_payload(prompt(USER), [USER], settings, model="m", policy=policy)
+    assert set(payload) == STANDARD | extensions
+    assert payload["stream"] is True and payload["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(("policy", "asked", "sent"), [
+    (FieldPolicy.everything(), True, True),
+    (FieldPolicy.everything(), False, False),
+    (FieldPolicy(frozenset({"top_k", "min_p", "chat_template_kwargs"})), True, False),  # SGLang refuses it
+    (FieldPolicy.standard(), True, False),
+])
+def test_return_token_ids_needs_both_the_ask_and_the_policy(policy: FieldPolicy, asked: bool, sent: bool) -> None:
+    payload = build_payload(prompt(USER), [USER], SamplingSettings(), model="m", return_token_ids=asked,
+                            policy=policy)
+    assert ("return_token_ids" in payload) is sent
+
+
+@pytest.mark.parametrize(("settings", "kwargs"), [
+    (SamplingSettings(), {"enable_thinking": True}),
+    (SamplingSettings(enable_thinking=False), {"enable_thinking": False}),
+    (SamplingSettings(preserve_thinking=True), {"enable_thinking": True, "preserve_thinking": True}),
+])
+def test_chat_template_kwargs(settings: SamplingSettings, kwargs: dict[str, bool]) -> None:
+    payload = build_payload(prompt(USER), [USER], settings, model="m")
+    assert payload["chat_template_kwargs"] == kwargs
+
+
+@pytest.mark.parametrize(("tools", "seed", "present"), [
+    (None, None, set()),
+    ([WEATHER_TOOL], None, {"tools"}),
+    (None, 7, {"seed"}),
+    ([WEATHER_TOOL], 0, {"tools", "seed"}),  # seed 0 is a seed
+])
+def test_tools_and_seed_only_when_given(tools: list[dict[str, Any]] | None, seed: int | None,
+                                        present: set[str]) -> None:
+    payload = build_payload(prompt(USER, tools=tools), [USER], SamplingSettings(seed=seed), model="m",
+                            policy=FieldPolicy.standard())
+    assert set(payload) - STANDARD == present
+    if tools:
+        assert payload["tools"] == tools
+    if seed is not None:
+        assert payload["seed"] == seed
+
+
+@pytest.mark.parametrize(("policy", "settings", "recorded_keys"), [
+    (FieldPolicy.everything(), SamplingSettings(),
+     {"max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "enable_thinking"}),
+    (FieldPolicy.standard(), SamplingSettings(), {"max_tokens", "temperature", "top_p", "presence_penalty"}),
+    (FieldPolicy.everything(), SamplingSettings(seed=3, preserve_thinking=True),
+     {"max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "seed", "enable_thinking",
+      "preserve_thinking"}),
+    (FieldPolicy.standard(), SamplingSettings(seed=3, preserve_thinking=True),
+     {"max_tokens", "temperature", "top_p", "presence_penalty", "seed"}),
+], ids=["all", "openai", "all-with-seed-preserve", "openai-with-seed-preserve"])
+def test_the_recorded_block_is_what_was_sent(policy: FieldPolicy, settings: SamplingSettings,
+                                              recorded_keys: set[str]) -> None:
+    recorded = settings.recorded(policy)
+    assert set(recorded) == recorded_keys
+    payload = build_payload(prompt(USER), [USER], settings, model="m", policy=policy)
+    for key, value in recorded.items():
+        sent = payload["chat_template_kwargs"][key] if key.endswith("_thinking") else payload[key]
+        assert sent == value, key
+
+
+def test_policy_constructors() -> None:
+    assert FieldPolicy.everything().extensions == frozenset(EXTENSION_FIELDS)
+    assert not FieldPolicy.standard().extensions
+    assert all(FieldPolicy.everything().allows(f) for f in EXTENSION_FIELDS)
+    assert not any(FieldPolicy.standard().allows(f) for f in EXTENSION_FIELDS)
