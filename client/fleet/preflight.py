@@ -136,9 +136,9 @@ def _refusal(endpoint: Endpoint, kind: str, policy: FieldPolicy, payload: dict[s
             f"{exc}.")
     if named:
         fixes = sorted({_FIX_FOR_FIELD.get(name, f"leaving out {name}") for name in named})
-        extension = [name for name in named if name in _EXTENSIONS_BY_KIND[VLLM]]
-        also = " or send only standard OpenAI fields with --compat openai" if extension else ""
+        if "--compat openai" not in fixes and any(name in _EXTENSIONS_BY_KIND[VLLM] for name in named):
+            fixes.append("--compat openai (standard OpenAI fields only)")
         return ConfigError(f"{head} Refused field(s): {', '.join(named)}. Change this with "
-                           f"{' / '.join(fixes)}{also}.")
+                           f"{' / '.join(fixes)}.")
     return ConfigError(f"{head} Fields sent: {', '.join(optional)} (field set: {policy.name}). If the server takes "
                        "only standard OpenAI fields, pass --compat openai.")
