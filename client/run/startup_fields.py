@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,10 @@ def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
 
 
 async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSettings, *, model: str, compat: str,
-                        prompt_paths: Sequence[Path]) -> FieldPolicy:
-    """Kinds -> policy -> preflight. Raises ConfigError (exit 2) on a refusal, before any prompt is sent."""
+                        prompt_paths: Sequence[Path],
+                        before_preflight: Callable[[FieldPolicy], Awaitable[None]] | None = None) -> FieldPolicy:
+    """Kinds -> policy -> preflight. Raises ConfigError (exit 2) on a refusal, before any prompt is sent.
+    `before_preflight` sees the settled policy before any request is sent (the run's settings check)."""
     answering = [e for e in endpoints if e.counters.state == UP]
     kinds = dict(zip((e.url for e in answering),
                      await asyncio.gather(*(detect_kind(e) for e in answering)), strict=True))
@@ -51,6 +53,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSetting
     census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
     extensions = ", ".join(sorted(policy.extensions)) or "none"
     say(f"servers: {census or 'none answering yet'}; --compat {compat}: extension fields sent: {extensions}")
+    if before_preflight is not None:
+        await before_preflight(policy)
     tools = await asyncio.to_thread(first_tools, list(prompt_paths))
     probe = Prompt(id="preflight", messages=[{"role": "user", "content": PREFLIGHT_MESSAGE}], tools=tools,
                    meta=None, source="preflight", line=0)

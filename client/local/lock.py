@@ -1,0 +1,111 @@
+"""The exclusive lock on `--out`: one client per results directory, released on any exit.
+
+The lock is an `fcntl.flock` on `OUT/.lock`, so the kernel drops it when the process dies, however it
+dies (a kill -9 or a power cut leaves no lock behind). The file also says who holds it (host, pid, start
+time, as one JSON object) so that a second client can name the holder in its refusal. A clean exit
+empties the file; a file that still names a holder but is not locked was left by a client that is gone,
+and the next client takes it over and says so.
+
+The file is never deleted: deleting it would let a client that opened the old file and one that created a
+new one both hold "the" lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+from client.core.errors import ConfigError
+
+LOCK_FILE = ".lock"
+
+
+class OutLocked(ConfigError):
+    """Another live client holds the lock on this --out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds (or last held) a lock: written into the lock file by its holder."""
+
+    host: str
+    pid: int
+    started: float
+
+    def describe(self) -> str:
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started))
+        return f"host {self.host}, pid {self.pid}, started {since}"
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({"host": self.host, "pid": self.pid, "started": self.started}) + b"\n"
+
+    @classmethod
+    def parse(cls, blob: bytes) -> Holder | None:
+        """The holder a lock file names; None when it is empty or unreadable (cleanly released, or torn)."""
+        try:
+            obj = orjson.loads(blob)
+            return cls(str(obj["host"]), int(obj["pid"]), float(obj["started"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None
+
+    @classmethod
+    def me(cls) -> Holder:
+        return cls(socket.gethostname(), os.getpid(), time.time())
+
+
+def _read(handle: BinaryIO) -> bytes:
+    handle.seek(0)
+    return handle.read()
+
+
+@contextlib.contextmanager
+def hold_out_lock(out_dir: Path, *, note: Callable[[str], None] | None = None) -> Iterator[Holder]:
+    """Hold the lock on `out_dir` (which must exist) for the body of the `with`.
+
+    Raises OutLocked (a ConfigError: exit 2, nothing sent) when a live client holds it; `note` gets a line
+    when the lock of a client that is gone is taken over.
+    """
+    path = out_dir / LOCK_FILE
+    try:
+        handle = path.open("a+b")
+    except OSError as exc:
+        raise ConfigError(f"--out {out_dir}: cannot open the lock file {path}: {exc.strerror or exc}") from exc
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = Holder.parse(_read(handle))
+            who = holder.describe() if holder else "a client that is just starting"
+            raise OutLocked(f"--out {out_dir} is in use by another client ({who}; lock file {path}). "
+                            "Two clients on one --out would send the same prompts twice: wait for that one "
+                            "to finish, stop it, or give this one another --out") from None
+        except OSError as exc:
+            raise ConfigError(f"--out {out_dir}: cannot lock {path}: {exc.strerror or exc} (a file system "
+                              "without locks? choose a local directory)") from exc
+        try:
+            previous = Holder.parse(_read(handle))
+            if previous is not None and note is not None:
+                note(f"--out {out_dir}: taking over the lock left by a client that is gone ({previous.describe()})")
+            me = Holder.me()
+            handle.seek(0)
+            handle.truncate()
+            handle.write(me.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+            yield me
+        finally:
+            # Empty the file before the lock goes, so the next client knows this one ended cleanly.
+            with contextlib.suppress(OSError):
+                handle.seek(0)
+                handle.truncate()
+                handle.flush()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,210 @@
+"""`OUT/run.json`: the settings that shape a run's data, recorded by its first run, and the comparison a
+resume makes against them.
+
+The settings are the model, the sampling block as recorded in every ResultRecord
+(`SamplingSettings.recorded(policy)`), thinking, the turns mode and the extension fields the run sends
+(the `--compat` result). A resume whose settings differ is refused unless asked for; an allowed change
+replaces `settings` and is appended to `history`. Prompt files are recorded with their sha256; adding or
+changing them is allowed and only reported.
+
+Everything here is pure except `read_run_file`, `write_run_file` and `hash_prompt_file` (blocking: call
+them in a thread). The same bytes go to `PREFIX/run.json` with --s3 (client.run's wiring).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from client.core.errors import ConfigError
+
+RUN_FILE = "run.json"
+KIND = "regen-swarm run"
+FORMAT = 1
+ABSENT = "(absent)"
+_HASH_BLOCK = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFile:
+    """One prompt file as a run was given it: the path as given, its sha256 and size."""
+
+    path: str
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """The content of run.json. `settings` are the latest accepted ones; `history` lists every change."""
+
+    settings: dict[str, Any]
+    prompts: tuple[PromptFile, ...]
+    created: float
+    run: str = ""
+    history: tuple[dict[str, Any], ...] = field(default=())
+
+
+def shaping_settings(*, model: str, sampling: Mapping[str, Any], thinking: bool, turns: str,
+                     fields: Iterable[str]) -> dict[str, Any]:
+    """The settings compared between runs, in run.json's shape."""
+    return {"model": model, "sampling": dict(sampling), "thinking": thinking, "turns": turns,
+            "fields": sorted(fields)}
+
+
+def flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested objects as dotted keys (`sampling.temperature`); lists and scalars are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def show(value: Any) -> str:
+    """A value as a change line shows it: strings bare, everything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def setting_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """`key: old -> new` for every setting that differs, sorted by key; a missing one shows `(absent)`."""
+    before, after = flatten(old), flatten(new)
+    missing = object()
+    lines = []
+    for key in sorted(before.keys() | after.keys()):
+        a, b = before.get(key, missing), after.get(key, missing)
+        if a is missing or b is missing or not same_value(a, b):
+            lines.append(f"{key}: {ABSENT if a is missing else show(a)} -> {ABSENT if b is missing else show(b)}")
+    return lines
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as settings: 1 and 1.0 are one value (JSON does not keep the difference); true and 1 are not."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def _short(digest: str) -> str:
+    return digest[:12]
+
+
+def prompt_changes(old: Sequence[PromptFile], new: Sequence[PromptFile]) -> list[str]:
+    """What changed in the prompt files, one line each (allowed; reported, not refused)."""
+    before = {p.path: p for p in old}
+    after = {p.path: p for p in new}
+    lines = []
+    for path, now in after.items():
+        was = before.get(path)
+        if was is None:
+            lines.append(f"added {path} (sha256 {_short(now.sha256)}, {now.bytes:,} bytes)")
+        elif was.sha256 != now.sha256:
+            lines.append(f"changed {path} (sha256 {_short(was.sha256)} -> {_short(now.sha256)}, "
+                         f"{was.bytes:,} -> {now.bytes:,} bytes)")
+    lines.extend(f"no longer given: {path}" for path in before if path not in after)
+    return lines
+
+
+def updated(record: RunRecord, *, settings: dict[str, Any], prompts: Sequence[PromptFile], run: str,
+            at: float) -> RunRecord:
+    """`record` after a run with `settings` and `prompts`: unchanged when nothing differs, else with the new
+    settings and prompt files, and one more history entry naming the changes and the settings before."""
+    changes = setting_changes(record.settings, settings)
+    files = prompt_changes(record.prompts, prompts)
+    if not changes and not files:
+        return record
+    entry: dict[str, Any] = {"at": at, "at_utc": _iso(at), "run": run, "changes": changes, "prompt_files": files}
+    if changes:
+        entry["previous"] = record.settings
+    return replace(record, settings=settings, prompts=tuple(prompts), run=run, history=(*record.history, entry))
+
+
+def _iso(unix: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
+
+
+def to_json(record: RunRecord) -> bytes:
+    return orjson.dumps({
+        "kind": KIND,
+        "format": FORMAT,
+        "created": record.created,
+        "created_utc": _iso(record.created),
+        "run": record.run,
+        "settings": record.settings,
+        "prompts": [{"path": p.path, "sha256": p.sha256, "bytes": p.bytes} for p in record.prompts],
+        "history": list(record.history),
+    }, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def from_json(blob: bytes, *, source: str = RUN_FILE) -> RunRecord:
+    """Parse run.json; a ValueError names `source` and what is wrong."""
+    try:
+        obj = orjson.loads(blob)
+        if not isinstance(obj, dict) or obj.get("kind") != KIND:
+            raise ValueError("not a regen-swarm run file")
+        if int(obj.get("format", 0)) > FORMAT:
+            raise ValueError(f"format {obj.get('format')} is newer than this client understands ({FORMAT})")
+        settings = obj["settings"]
+        if not isinstance(settings, dict):
+            raise ValueError("settings is not an object")
+        prompts = tuple(PromptFile(str(p["path"]), str(p["sha256"]), int(p["bytes"])) for p in obj.get("prompts", []))
+        history = tuple(h for h in obj.get("history", []) if isinstance(h, dict))
+        return RunRecord(settings, prompts, float(obj.get("created", 0.0)), str(obj.get("run", "")), history)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: unreadable run settings: {exc}") from exc
+
+
+def read_run_file(out_dir: Path) -> RunRecord | None:
+    """OUT/run.json, or None when there is none. An unreadable one is a ConfigError: the settings are unknown."""
+    path = out_dir / RUN_FILE
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return from_json(blob, source=str(path))
+    except ValueError as exc:
+        raise ConfigError(f"{exc}. Fix or remove it (the next run records its own settings), "
+                          "then start again.") from exc
+
+
+def write_run_file(out_dir: Path, record: RunRecord) -> None:
+    """Replace OUT/run.json whole (a temporary file, fsync, rename)."""
+    path = out_dir / RUN_FILE
+    temporary = path.with_suffix(".json.tmp")
+    try:
+        with temporary.open("wb") as handle:
+            handle.write(to_json(record))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def hash_prompt_file(path: Path) -> PromptFile:
+    """sha256 and size of one prompt file, streamed in blocks (files can be many GB)."""
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(_HASH_BLOCK):
+                digest.update(block)
+                size += len(block)
+    except OSError as exc:
+        raise ConfigError(f"--prompts {path}: cannot read: {exc.strerror or exc}") from exc
+    return PromptFile(str(path), digest.hexdigest(), size)

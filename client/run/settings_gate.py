@@ -1,0 +1,148 @@
+"""The run's side of `run.json`: refuse a resume whose settings differ (before the preflight request, so
+before anything is sent to a server), then record the settings and the prompt files' hashes before the
+first prompt, in `OUT/run.json` and, with --s3, in `PREFIX/run.json`.
+
+The format and the comparison are client.local.run_settings'. With --s3 the prefix's copy is the
+reference (it is shared by every host writing there); it is written with a conditional PUT, so two hosts
+starting at once record one set of settings, and the loser compares against the winner's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from client.core.errors import ConfigError
+from client.local.run_settings import (
+    RUN_FILE,
+    RunRecord,
+    from_json,
+    hash_prompt_file,
+    prompt_changes,
+    read_run_file,
+    setting_changes,
+    to_json,
+    updated,
+    write_run_file,
+)
+from client.run.console import say
+from client.s3.store import S3Conflict, S3Error, S3Store
+
+_S3_ATTEMPTS = 3
+
+
+def refusal(where: str, changes: Sequence[str]) -> str:
+    """The message of a refused resume: every difference, one per line."""
+    lines = "".join(f"\n  {line}" for line in changes)
+    return (f"this run's settings differ from those recorded in {where}:{lines}\n"
+            "Results made with other settings would be mixed into one data set. Run with the recorded "
+            "settings, give a new --out, or pass --allow-settings-change to continue anyway (the change is "
+            "appended to run.json's history and the audit reports the run as mixed).")
+
+
+class SettingsGate:
+    """Compares this run's settings with the recorded ones (`check`), then records them (`record`)."""
+
+    def __init__(self, out: Path, *, run_id: str, allow_change: bool, store: S3Store | None = None) -> None:
+        self.out = out
+        self.run_id = run_id
+        self.allow_change = allow_change
+        self.store = store
+        self._settings: dict[str, Any] | None = None
+        self._local: RunRecord | None = None
+        self._remote: RunRecord | None = None
+        self._remote_etag: str | None = None
+
+    def _where(self) -> str:
+        return f"{self.store.url}{RUN_FILE}" if self.store is not None and self._remote else str(self.out / RUN_FILE)
+
+    async def _read_remote(self) -> None:
+        if self.store is None:
+            return
+        try:
+            got = await self.store.get(RUN_FILE)
+        except S3Error as exc:
+            raise ConfigError(f"cannot read {self.store.url}{RUN_FILE}: {exc}. Nothing was sent; start again "
+                              "once S3 answers.") from exc
+        if got is None:
+            self._remote, self._remote_etag = None, None
+            return
+        try:
+            self._remote = from_json(got[0], source=f"{self.store.url}{RUN_FILE}")
+        except ValueError as exc:
+            raise ConfigError(f"{exc}. Fix or remove that object, then start again.") from exc
+        self._remote_etag = got[1]
+
+    def _compare(self, settings: dict[str, Any]) -> None:
+        reference = self._remote or self._local
+        if reference is None:
+            return
+        changes = setting_changes(reference.settings, settings)
+        if changes and not self.allow_change:
+            raise ConfigError(refusal(self._where(), changes))
+        if changes:
+            say(f"settings changed since the last run (--allow-settings-change): {'; '.join(changes)}. "
+                f"The change is appended to {RUN_FILE}'s history")
+
+    async def check(self, settings: dict[str, Any]) -> None:
+        """Raise ConfigError (exit 2) when `settings` differ from the recorded ones and no change is allowed."""
+        self._settings = settings
+        self._local = await asyncio.to_thread(read_run_file, self.out)
+        await self._read_remote()
+        self._compare(settings)
+
+    async def record(self, prompt_paths: Sequence[Path]) -> None:
+        """Hash the prompt files (in threads), report what changed in them, write run.json (local and S3)."""
+        if self._settings is None:
+            raise RuntimeError("SettingsGate.record before check")
+        files = await asyncio.gather(*(asyncio.to_thread(hash_prompt_file, path) for path in prompt_paths))
+        reference = self._remote or self._local
+        if reference is not None:
+            for line in prompt_changes(reference.prompts, files):
+                say(f"prompt files changed since the last run (allowed): {line}")
+        record = self._next(reference, files)
+        if record != self._local:
+            await asyncio.to_thread(write_run_file, self.out, record)
+        if self.store is not None:
+            await self._record_remote(record, files)
+
+    def _next(self, reference: RunRecord | None, files: Sequence[Any]) -> RunRecord:
+        assert self._settings is not None
+        now = time.time()
+        if reference is None:
+            return RunRecord(self._settings, tuple(files), now, self.run_id)
+        return updated(reference, settings=self._settings, prompts=files, run=self.run_id, at=now)
+
+    async def _record_remote(self, record: RunRecord, files: Sequence[Any]) -> None:
+        """Store `record` as PREFIX/run.json unless it holds it already; on a race, compare with the winner's."""
+        assert self.store is not None
+        conditional = True
+        for _ in range(_S3_ATTEMPTS):
+            if record == self._remote:
+                return
+            body = to_json(record)
+            try:
+                await self.store.put(RUN_FILE, body, hashlib.md5(body).digest(), content_type="application/json",
+                                     if_match=self._remote_etag if conditional and self._remote else None,
+                                     if_none_match=conditional and self._remote is None)
+                return
+            except S3Conflict:
+                # Another host recorded its settings first: they are the reference now.
+                await self._read_remote()
+                assert self._settings is not None
+                self._compare(self._settings)
+                record = self._next(self._remote, files)
+                if record != self._local:
+                    await asyncio.to_thread(write_run_file, self.out, record)
+            except S3Error as exc:
+                if exc.code == "NotImplemented" and conditional:
+                    conditional = False  # a store without conditional writes
+                    continue
+                raise ConfigError(f"cannot write {self.store.url}{RUN_FILE}: {exc}. Nothing was sent; start "
+                                  "again once S3 answers.") from exc
+        raise ConfigError(f"{self.store.url}{RUN_FILE} kept changing while this run recorded its settings; "
+                          "start again")
