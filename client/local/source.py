@@ -1,6 +1,7 @@
 """Prompt files -> validated `Prompt`s, as a stream: validation, duplicate ids, done-ID skipping, sharding.
 
-Files are read line by line and never held whole in memory. A record whose id is already done is
+Files are read line by line (plain, gzip or zstd, through `local.prompt_files`) and never held whole
+in memory. A record whose id is already done is
 recognised from the start of its raw line when it begins `{"id": "...`, so a resume over a million done
 records does not parse them again. Every bad record becomes an `InputProblem` naming file and line;
 nothing is dropped silently.
@@ -18,6 +19,7 @@ import orjson
 from client.core.errors import InputError
 from client.core.ids import leading_id, line_id, shard_of
 from client.core.records import Prompt
+from client.local.prompt_files import prompt_lines
 from prompts.schema import validate_prompt
 
 
@@ -71,6 +73,19 @@ class SourceCounts:
     yielded: int = 0
     problems: list[InputProblem] = field(default_factory=list)
 
+    @property
+    def valid(self) -> int:
+        """Records that passed validation (done, too_long and other shards' records included)."""
+        return self.records - self.invalid - self.duplicates
+
+    def no_valid_record(self) -> str | None:
+        """A plain sentence when the prompt set held no valid record at all, else None."""
+        if self.records == 0:
+            return "the prompt file(s) hold no record at all (empty, or blank lines only)"
+        if self.valid == 0:
+            return (f"none of the {self.records:,} record(s) in the prompt file(s) is valid "
+                    f"({self.invalid:,} invalid, {self.duplicates:,} duplicate id(s))")
+        return None
 
 
 class PromptSource:
@@ -116,7 +131,7 @@ class PromptSource:
 
     def _read(self, path: Path) -> Iterator[Prompt]:
         counts, seen, done = self.counts, self._seen, self.done_ids
-        with path.open("rb") as handle:
+        with prompt_lines(path) as handle:
             for number, raw in enumerate(handle, start=1):
                 if not raw.strip():
                     continue
@@ -173,7 +188,7 @@ def count_remaining(paths: Iterable[Path], done_ids: set[str], shard: Shard | No
     seen: set[str] = set()
     remaining = 0
     for path in paths:
-        with path.open("rb") as handle:
+        with prompt_lines(path) as handle:
             for raw in handle:
                 prompt_id = line_id(raw) if raw.strip() else None
                 if prompt_id is None or prompt_id in done_ids or prompt_id in seen or not shard.owns(prompt_id):

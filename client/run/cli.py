@@ -7,7 +7,14 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from client.core.options import DEFAULT_MAX_IN_FLIGHT, float_in, non_negative_float, positive_float, positive_int
+from client.core.options import (
+    DEFAULT_MAX_IN_FLIGHT,
+    float_in,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from client.core.payload import SamplingSettings
 from client.fleet.options import add_network_options
 from client.fleet.preflight import COMPAT_CHOICES
@@ -58,7 +65,7 @@ def _top_p(text: str) -> float:
 
 
 def _part_mb(text: str) -> float:
-    value = float(text)
+    value = positive_float(text)
     if value < 5:
         raise argparse.ArgumentTypeError(f"S3 refuses multipart parts under 5 MB, got {value}")
     return value
@@ -92,16 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="GPUs behind the fleet, for the projected GPU-hours")
 
     data = parser.add_argument_group("input and output")
-    data.add_argument("--prompts", action="append", required=True, metavar="FILE",
-                      help="PromptRecord JSONL file; repeat for several")
+    data.add_argument("--prompts", action="append", required=True, metavar="FILE|DIR",
+                      help="PromptRecord JSONL file (.jsonl, .jsonl.gz or .jsonl.zst), or a directory of them "
+                           "(read in sorted order); repeat for several")
     data.add_argument("--out", required=True, metavar="DIR", help="results directory (segments/, failures/)")
-    data.add_argument("--allow-settings-change", action="store_true",
-                      help="resume even though the settings that shape the data (model, sampling, thinking, "
-                           "--turns, the field set) differ from those in OUT/run.json; the change is appended "
-                           "to its history and the audit reports the run as mixed (default: refuse, exit 2)")
     data.add_argument("--strict", action="store_true",
                       help="stop at the first invalid record instead of reporting and skipping it")
-    data.add_argument("--show-problems", type=int, default=20, metavar="N",
+    data.add_argument("--show-problems", type=non_negative_int, default=20, metavar="N",
                       help="print the first N invalid records as they are found (default: %(default)s)")
     data.add_argument("--shard", metavar="K/N", help="take only the ids in shard K of N (K from 0), for many hosts")
     data.add_argument("--segment-mb", type=positive_float, default=256.0, metavar="MB",

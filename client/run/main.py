@@ -19,15 +19,13 @@ from pathlib import Path
 
 from client.core.errors import ConfigError, InputError, RegenError, SinkError
 from client.core.loop import run_async
-from client.core.payload import FieldPolicy
 from client.core.stats import EndpointCounters, RunStats, StatsSnapshot
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.options import network_from
 from client.fleet.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
 from client.local.failures import read_too_long_ids
 from client.local.ledger import read_done_ids
-from client.local.lock import hold_out_lock
-from client.local.run_settings import shaping_settings
+from client.local.prompt_files import resolve_prompt_files
 from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource, Shard, count_remaining
 from client.results.reader import iter_records
@@ -35,7 +33,6 @@ from client.run.cli import build_parser, settings_from
 from client.run.console import say, show_progress
 from client.run.rate import RequestRate
 from client.run.s3_wiring import drain, open_s3
-from client.run.settings_gate import SettingsGate
 from client.run.startup_fields import settle_fields
 from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm
@@ -62,19 +59,47 @@ def _simulated_fleet(args: argparse.Namespace) -> Iterator[list[str]]:
         fleet.close()
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _cancel_on_signal(loop: asyncio.AbstractEventLoop) -> None:
+    """Outside the swarm (start-up checks, --wait-ready, the final upload), Ctrl-C or SIGTERM cancels the
+    main task, which `_main` turns into exit 130 with a message; the swarm installs its own graceful stop."""
+    task = asyncio.current_task()
+    assert task is not None
+    for signum in _STOP_SIGNALS:
+        loop.add_signal_handler(signum, task.cancel)
+
+
 async def _main(args: argparse.Namespace, urls: list[str]) -> int:
-    async with contextlib.AsyncExitStack() as stack:
-        return await _run(args, urls, stack)
+    loop = asyncio.get_running_loop()
+    _cancel_on_signal(loop)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            return await _run(args, urls, stack)
+    except asyncio.CancelledError:
+        say("stopped by Ctrl-C or SIGTERM; run the same command again to continue where this one stopped")
+        return EXIT_INTERRUPTED
+    finally:
+        for signum in _STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # back to `main`'s: KeyboardInterrupt
 
 
 async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.AsyncExitStack) -> int:
     settings = settings_from(args)
     out = Path(args.out)
     ResultSink.prepare(out)
-    prompt_paths = [Path(p) for p in args.prompts]
-    for path in prompt_paths:
-        if not path.is_file():
-            raise ConfigError(f"--prompts {path}: no such file")
+    prompt_files = resolve_prompt_files([Path(p) for p in args.prompts], note=say)
+    prompt_paths = prompt_files.paths
+    if prompt_files.all_empty:
+        nothing = "the prompt file(s) hold no record at all (" + ", ".join(map(str, prompt_files.empty)) + " empty)"
+        if args.strict:
+            raise InputError(f"{nothing}; stopping because of --strict")
+        say(f"warning: nothing to do: {nothing}")
+        return EXIT_OK
+    for path in prompt_files.empty:
+        say(f"warning: --prompts {path} is empty")
     try:
         shard = Shard.parse(args.shard) if args.shard else None
     except ValueError as exc:
@@ -108,17 +133,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         await check_reachable(endpoints, args.wait_ready, note=say)
         model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
         await check_max_tokens(endpoints, model, settings.max_tokens)
-        gate = SettingsGate(out, run_id=run_id, allow_change=args.allow_settings_change,
-                            store=uploader.store if uploader is not None else None)
-
-        async def check_settings(policy: FieldPolicy) -> None:
-            await gate.check(shaping_settings(model=model, sampling=settings.recorded(policy),
-                                              thinking=settings.enable_thinking, turns=args.turns,
-                                              fields=policy.extensions))
-
         policy = await settle_fields(endpoints, settings, model=model, compat=args.compat,
-                                     prompt_paths=prompt_paths, before_preflight=check_settings)
-        await gate.record(prompt_paths)
+                                     prompt_paths=prompt_paths)
         say(f"model {model} on {len(endpoints)} endpoint(s); thinking {'on' if settings.enable_thinking else 'off'}, "
             f"max_tokens {settings.max_tokens}, turns {args.turns}")
 
@@ -181,8 +197,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         try:
             outcome = await swarm.run([count_total, progress, *companions])
         finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(signum)
+            _cancel_on_signal(loop)
             try:
                 sink.close()
             finally:
@@ -195,6 +210,11 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     print_summary(source.counts, stats.snapshot(), outcome, sink.failures_path, turns=args.turns)
     if outcome.fatal is not None:
         raise outcome.fatal
+    no_valid = None if outcome.interrupted else source.counts.no_valid_record()
+    if no_valid is not None:
+        if args.strict:
+            raise InputError(f"{no_valid}; stopping because of --strict")
+        say(f"warning: nothing was generated: {no_valid}")
     if uploader is not None and uploader.fatal is not None:
         raise uploader.fatal
     if outcome.interrupted:
@@ -232,14 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX")
     if args.preserve_thinking and args.turns != "all":
         parser.error("--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all")
+    if args.sim_arg and not args.simulate:
+        parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
+    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM ends like Ctrl-C: 130
     try:
-        # The lock comes first: a second client on this --out stops here, before anything is sent or written.
-        ResultSink.prepare(Path(args.out))
-        with hold_out_lock(Path(args.out), note=say):
-            if args.simulate:
-                with _simulated_fleet(args) as urls:
-                    return run_async(_main(args, urls))
-            return run_async(_main(args, parse_endpoints(args.endpoints)))
+        if args.simulate:
+            with _simulated_fleet(args) as urls:
+                return run_async(_main(args, urls))
+        return run_async(_main(args, parse_endpoints(args.endpoints)))
     except ConfigError as exc:
         say(f"error: {exc}")
         return EXIT_CONFIG
@@ -254,4 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: {exc}")
         return EXIT_CONFIG
     except KeyboardInterrupt:
+        say("stopped by Ctrl-C or SIGTERM; run the same command again to continue where this one stopped")
         return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)

@@ -16,6 +16,7 @@ from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
 from client.fleet.dispatcher import UP
 from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
+from client.local.prompt_files import prompt_lines
 from client.run.console import say
 from client.wire.endpoint import Endpoint
 
@@ -28,7 +29,7 @@ def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
     """The tools of the first record near the start of the set that has any (bad lines are the source's to report)."""
     if not paths:
         return None
-    with paths[0].open("rb") as handle:
+    with prompt_lines(paths[0]) as handle:
         for raw in itertools.islice(handle, _TOOL_LOOKAHEAD_LINES):
             try:
                 record = orjson.loads(raw)

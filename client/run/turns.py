@@ -16,6 +16,7 @@ import orjson
 
 from client.core.ids import leading_id, line_id
 from client.local.ledger import read_ids
+from client.local.prompt_files import prompt_lines
 from client.local.source import Shard
 from client.run.conversation import parse_event_id, turn_positions
 
@@ -86,7 +87,7 @@ def count_remaining_events(paths: Iterable[Path], ledger: TurnLedger, shard: Sha
     remaining = 0
     seen: set[str] = set()
     for path in paths:
-        with path.open("rb") as handle:
+        with prompt_lines(path) as handle:
             for raw in handle:
                 quick = leading_id(raw)
                 if quick is not None and (quick in ledger.finished or quick in seen):
