@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="PromptRecord JSONL file (.jsonl, .jsonl.gz or .jsonl.zst), or a directory of them "
                            "(read in sorted order); repeat for several")
     data.add_argument("--out", required=True, metavar="DIR", help="results directory (segments/, failures/)")
+    data.add_argument("--allow-settings-change", action="store_true",
+                      help="resume even though the settings that shape the data (model, sampling, thinking, "
+                           "--turns, the field set) differ from those in OUT/run.json; the change is appended "
+                           "to its history and the audit reports the run as mixed (default: refuse, exit 2)")
     data.add_argument("--strict", action="store_true",
                       help="stop at the first invalid record instead of reporting and skipping it")
     data.add_argument("--show-problems", type=non_negative_int, default=20, metavar="N",

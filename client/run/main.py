@@ -19,13 +19,16 @@ from pathlib import Path
 
 from client.core.errors import ConfigError, InputError, RegenError, SinkError
 from client.core.loop import run_async
+from client.core.payload import FieldPolicy
 from client.core.stats import EndpointCounters, RunStats, StatsSnapshot
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.options import network_from
 from client.fleet.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
 from client.local.failures import read_too_long_ids
 from client.local.ledger import read_done_ids
+from client.local.lock import hold_out_lock
 from client.local.prompt_files import resolve_prompt_files
+from client.local.run_settings import shaping_settings
 from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource, Shard, count_remaining
 from client.results.reader import iter_records
@@ -33,6 +36,7 @@ from client.run.cli import build_parser, settings_from
 from client.run.console import say, show_progress
 from client.run.rate import RequestRate
 from client.run.s3_wiring import drain, open_s3
+from client.run.settings_gate import SettingsGate
 from client.run.startup_fields import settle_fields
 from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm
@@ -133,8 +137,17 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         await check_reachable(endpoints, args.wait_ready, note=say)
         model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
         await check_max_tokens(endpoints, model, settings.max_tokens)
+        gate = SettingsGate(out, run_id=run_id, allow_change=args.allow_settings_change,
+                            store=uploader.store if uploader is not None else None)
+
+        async def check_settings(policy: FieldPolicy) -> None:
+            await gate.check(shaping_settings(model=model, sampling=settings.recorded(policy),
+                                              thinking=settings.enable_thinking, turns=args.turns,
+                                              fields=policy.extensions))
+
         policy = await settle_fields(endpoints, settings, model=model, compat=args.compat,
-                                     prompt_paths=prompt_paths)
+                                     prompt_paths=prompt_paths, before_preflight=check_settings)
+        await gate.record(prompt_paths)
         say(f"model {model} on {len(endpoints)} endpoint(s); thinking {'on' if settings.enable_thinking else 'off'}, "
             f"max_tokens {settings.max_tokens}, turns {args.turns}")
 
@@ -256,10 +269,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
     previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM ends like Ctrl-C: 130
     try:
-        if args.simulate:
-            with _simulated_fleet(args) as urls:
-                return run_async(_main(args, urls))
-        return run_async(_main(args, parse_endpoints(args.endpoints)))
+        # The lock comes first: a second client on this --out stops here, before anything is sent or written.
+        ResultSink.prepare(Path(args.out))
+        with hold_out_lock(Path(args.out), note=say):
+            if args.simulate:
+                with _simulated_fleet(args) as urls:
+                    return run_async(_main(args, urls))
+            return run_async(_main(args, parse_endpoints(args.endpoints)))
     except ConfigError as exc:
         say(f"error: {exc}")
         return EXIT_CONFIG
