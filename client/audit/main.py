@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from client.audit.png import histogram_png
-from client.audit.scan import IdCheck, Scan, check_ids, scan_results
+from client.audit.scan import IdCheck, Scan, check_ids, mixed_settings, scan_results
 from client.core.errors import ConfigError
 from client.core.options import add_s3_endpoint_url
 from client.results.reader import ReadReport
@@ -114,6 +114,8 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
         found.append(Finding("warn", "unusual finish reasons: " + ", ".join(f"{k}: {v:,}" for k, v in odd.items())))
     if scan.no_usage:
         found.append(Finding("warn", f"{scan.no_usage:,} record(s) carry no usage.completion_tokens"))
+    if len(scan.samplings) > 1:
+        found.append(Finding("warn", mixed_settings(scan.sampling_mix())))
     if scan.diverged:
         found.append(Finding("warn", f"{scan.diverged:,} conversation(s) ended early where the regenerated tool "
                                      "calls diverged from the source's"))
@@ -172,6 +174,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "tool_calls": {"records_with_calls": scan.records_with_calls, "calls": scan.tool_calls,
                        "invalid": dict(scan.bad_calls), "examples": scan.bad_call_examples},
         "models": dict(scan.models.most_common()),
+        "sampling": [{"sampling": block, "records": count} for block, count in scan.sampling_mix()],
         "endpoints": {url: asdict(mix) for url, mix in sorted(scan.endpoints.items())},
         "unreadable_examples": [str(b) for b in report.examples],
     }

@@ -62,6 +62,7 @@ class Scan:
     diverged_field: int = 0
     diverged: int = 0
     conversation_events: int = 0
+    samplings: Counter[bytes] = field(default_factory=Counter)  # canonical sampling block -> records
 
     def duplicate_events(self) -> int:
         """Multi-turn events written more than once (extra lines)."""
@@ -97,6 +98,7 @@ class Scan:
         if (stub or short) and len(self.stub_examples) < EXAMPLES:
             self.stub_examples.append(f"{where}: {record['id']}: {tokens} token(s), content {content[:40]!r}")
         sampling = record.get("sampling")
+        self.samplings[orjson.dumps(sampling, option=orjson.OPT_SORT_KEYS)] += 1
         if isinstance(sampling, dict) and sampling.get("enable_thinking") is True:
             self.thinking_on += 1
             self.empty_reasoning += not reasoning.strip()
@@ -120,6 +122,10 @@ class Scan:
             self.diverged_field += 1
             self.diverged += bool(record["diverged"])
 
+    def sampling_mix(self) -> list[tuple[dict[str, Any], int]]:
+        """Each distinct sampling block of the results with its record count, most records first."""
+        return [(orjson.loads(block) or {}, count) for block, count in self.samplings.most_common()]
+
     def _check_calls(self, where: str, record: dict[str, Any], calls: list[Any]) -> None:
         self.records_with_calls += 1
         schemas = tool_schemas(record.get("tools"))
@@ -130,6 +136,19 @@ class Scan:
                 self.bad_calls[problem[0]] += 1
                 if len(self.bad_call_examples) < EXAMPLES:
                     self.bad_call_examples.append(f"{where}: {record['id']}: {problem[1]}")
+
+
+def mixed_settings(mix: list[tuple[dict[str, Any], int]]) -> str:
+    """`mixed settings: ...` naming, for each sampling block, only the fields that differ between blocks."""
+    keys = sorted({key for block, _ in mix for key in block})
+    varying = [key for key in keys if len({orjson.dumps(block.get(key)) for block, _ in mix}) > 1]
+    parts = []
+    for block, count in mix:
+        label = ", ".join(f"{key}={orjson.dumps(block[key]).decode()}" if key in block else f"{key} absent"
+                          for key in varying)
+        parts.append(f"{label}: {count:,} record(s)")
+    return (f"mixed settings: the results were generated with {len(mix)} different sampling blocks ("
+            + "; ".join(parts) + "); run.json's history says when the settings changed")
 
 
 @dataclass(frozen=True, slots=True)
