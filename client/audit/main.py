@@ -20,8 +20,8 @@ from rich.table import Table
 
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, mixed_settings, scan_results
-from client.core.errors import ConfigError
-from client.core.options import add_s3_endpoint_url
+from client.core.errors import ConfigError, InputError
+from client.core.options import add_s3_endpoint_url, float_in, positive_int
 from client.results.reader import ReadReport
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -239,21 +239,24 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", metavar="DIR|s3://BUCKET/PREFIX",
                         help="the run's --out directory (or its segments/), one segment file, or the S3 prefix")
-    parser.add_argument("--prompts", action="append", metavar="FILE", type=Path,
-                        help="the prompt set, for the exactly-once check (missing, duplicated, unknown ids); repeat")
+    parser.add_argument("--prompts", action="append", metavar="FILE|DIR", type=Path,
+                        help="the prompt set, for the exactly-once check (missing, duplicated, unknown ids); "
+                             ".jsonl, .jsonl.gz, .jsonl.zst or a directory of them; repeat")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     add_s3_endpoint_url(parser)
     parser.add_argument("--histogram", metavar="FILE.png", type=Path, help="write a PNG histogram of the lengths")
     limits = Thresholds()
-    parser.add_argument("--short-tokens", type=int, default=limits.short_tokens, metavar="N",
+    parser.add_argument("--short-tokens", type=positive_int, default=limits.short_tokens, metavar="N",
                         help="a completion under N tokens without a tool call counts as stub-like "
                              "(default: %(default)s)")
-    parser.add_argument("--max-stub-share", type=float, default=limits.max_stub_share, metavar="F",
+    parser.add_argument("--max-stub-share", type=float_in(0, 1), default=limits.max_stub_share, metavar="F",
                         help="fail above this share of stub-like completions (default: %(default)s)")
-    parser.add_argument("--max-empty-reasoning-share", type=float, default=limits.max_empty_reasoning_share,
+    parser.add_argument("--max-empty-reasoning-share", type=float_in(0, 1),
+                        default=limits.max_empty_reasoning_share,
                         metavar="F", help="fail above this share of thinking-on completions without reasoning "
                                           "(default: %(default)s)")
-    parser.add_argument("--max-bad-tool-call-share", type=float, default=limits.max_bad_tool_call_share, metavar="F",
+    parser.add_argument("--max-bad-tool-call-share", type=float_in(0, 1), default=limits.max_bad_tool_call_share,
+                        metavar="F",
                         help="fail above this share of invalid tool calls (default: %(default)s)")
     return parser
 
@@ -269,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.histogram is not None:
             histogram_png(scan.lengths, args.histogram, short_tokens=limits.short_tokens,
                           title=f"COMPLETION LENGTHS OF {scan.records} RECORDS")
-    except ConfigError as exc:
+    except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import ConfigError
 from client.core.ids import id_hash, leading_id
+from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
 from client.results.rules import is_stub, token_parts, tool_call_problem, tool_schemas, usage_int
 
@@ -175,11 +175,7 @@ def scan_results(location: str, short_tokens: int, s3_endpoint_url: str | None =
 def _prompt_ids(paths: Iterable[Path]) -> Iterator[tuple[str, str]]:
     """(id, FILE:LINE) of every record of the prompt files that has an id."""
     for path in paths:
-        try:
-            handle = path.open("rb")
-        except OSError as exc:
-            raise ConfigError(f"--prompts {path}: cannot read: {exc.strerror or exc}") from exc
-        with handle:
+        with prompt_lines(path) as handle:
             for number, raw in enumerate(handle, start=1):
                 if not raw.strip():
                     continue
@@ -212,6 +208,7 @@ def _result_ids(location: str, s3_endpoint_url: str | None) -> Iterator[tuple[st
 
 def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
               s3_endpoint_url: str | None = None) -> IdCheck:
+    prompt_paths = resolve_prompt_files(prompt_paths).paths
     prompt_hashes = array("Q", (id_hash(i) for i, _ in _prompt_ids(prompt_paths)))
     prompts = sorted(prompt_hashes)
     results = sorted(result_ids)

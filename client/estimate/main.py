@@ -22,7 +22,13 @@ from rich.console import Console
 
 from client.core.errors import ConfigError, RegenError, SinkError
 from client.core.ids import leading_id
-from client.core.options import DEFAULT_MAX_IN_FLIGHT, add_s3_endpoint_url, positive_int
+from client.core.options import (
+    DEFAULT_MAX_IN_FLIGHT,
+    add_s3_endpoint_url,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 from client.core.payload import SamplingSettings
 from client.estimate.calibrate import CalibrationRun, FleetOptions, calibrate
 from client.estimate.measure import Measurements, measure
@@ -33,6 +39,7 @@ from client.estimate.sample import Census, allocate, census, draw, write_records
 from client.fleet.options import add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
+from client.local.prompt_files import resolve_prompt_files
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import ReadReport, iter_lines
 
@@ -90,8 +97,9 @@ def _int_list(text: str) -> tuple[int, ...]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client.estimate", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", action="append", required=True, type=Path, metavar="FILE",
-                        help="the PromptRecord JSONL set to project; repeat for several files")
+    parser.add_argument("--prompts", action="append", required=True, type=Path, metavar="FILE|DIR",
+                        help="the PromptRecord JSONL set to project (.jsonl, .jsonl.gz, .jsonl.zst, or a directory "
+                             "of them); repeat for several")
     way = parser.add_argument_group("calibration on the fleet")
     way.add_argument("--endpoints", metavar="URL[,URL...]|@FILE", help="server base URLs, as for client.run")
     way.add_argument("--sample", type=_sample_size, metavar="N|P%",
@@ -109,26 +117,27 @@ def build_parser() -> argparse.ArgumentParser:
     add_network_options(way)
     way.add_argument("--compat", choices=COMPAT_CHOICES, default="auto",
                      help="which extension fields go out, as in client.run --compat (default: %(default)s)")
-    way.add_argument("--wait-ready", type=float, default=0.0, metavar="SECONDS",
+    way.add_argument("--wait-ready", type=non_negative_float, default=0.0, metavar="SECONDS",
                      help="wait this long for endpoints that do not answer yet (default: 0)")
-    way.add_argument("--max-attempts", type=int, default=6, metavar="N", help="attempts per prompt (default: 6)")
-    way.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+    way.add_argument("--max-attempts", type=positive_int, default=6, metavar="N",
+                     help="attempts per prompt (default: 6)")
+    way.add_argument("--progress-every", type=positive_float, default=10.0, metavar="SECONDS",
                      help="interval of the progress line on stderr (default: %(default)s)")
     past = parser.add_argument_group("projection from a partial run")
     past.add_argument("--from-results", metavar="DIR|s3://...", help="read these results instead of sending a sample")
     add_s3_endpoint_url(past)
     plan = parser.add_argument_group("the planned run")
     defaults = SamplingSettings()
-    plan.add_argument("--max-tokens", type=int, default=defaults.max_tokens,
+    plan.add_argument("--max-tokens", type=positive_int, default=defaults.max_tokens,
                       help="max_tokens of the run (and of the sample) (default: %(default)s)")
     plan.add_argument("--no-thinking", action="store_true", help="thinking off (it is on by default)")
-    plan.add_argument("--gpus", type=int, metavar="G",
+    plan.add_argument("--gpus", type=positive_int, metavar="G",
                       help="GPUs behind the fleet, for GPU-hours (default: one per endpoint)")
     plan.add_argument("--what-if-max-tokens", type=_int_list, metavar="N,N,...",
                       help="caps for the what-if table (default: powers of two up to twice --max-tokens)")
     plan.add_argument("--what-if-gpus", type=_int_list, metavar="G,G,...",
                       help="GPU counts for the what-if table (default: half, same, 2x, 4x)")
-    plan.add_argument("--rounds", type=int, default=1000, help="bootstrap rounds (default: %(default)s)")
+    plan.add_argument("--rounds", type=positive_int, default=1000, help="bootstrap rounds (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON")
     return parser
 
@@ -165,6 +174,8 @@ def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[
 
 def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Measurements, Census, dict[str, Any]]:
     out: Path = args.out or Path(f"estimate-{new_run_id()}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} is not empty; give a new directory, or re-analyse it with "
                           f"--from-results {out}")
@@ -194,6 +205,7 @@ def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Me
 
 def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Projection | None]:
     settings = SamplingSettings(max_tokens=args.max_tokens, enable_thinking=not args.no_thinking, seed=None)
+    args.prompts = resolve_prompt_files(args.prompts, note=lambda line: print(line, file=sys.stderr)).paths
     if args.from_results:
         found, counted, remaining, info = _from_results(args)
         targets = [("whole set", counted.strata), ("remaining", remaining)]
@@ -248,6 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if bool(args.endpoints) == bool(args.from_results):
         parser.error("give exactly one of --endpoints (calibrate on the fleet) or --from-results DIR")
+    if args.from_results and (args.sample or args.out):
+        parser.error("--sample and --out are for a calibration on the fleet (--endpoints); --from-results "
+                     "sends nothing and writes nothing")
+    if args.s3_endpoint_url and not (args.from_results or "").startswith("s3://"):
+        parser.error("--s3-endpoint-url is for --from-results s3://BUCKET/PREFIX")
     try:
         code, info, projection = estimate(args)
     except KeyboardInterrupt:
@@ -258,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SINK
     except RegenError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CONFIG
     assert info is not None
     if args.json:

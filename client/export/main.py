@@ -24,7 +24,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from client.core.errors import ConfigError
 from client.core.ids import id_hash
-from client.core.options import add_s3_endpoint_url
+from client.core.options import add_s3_endpoint_url, positive_int
 from client.export.render import ChatTokenizer, RenderError, render_record
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import usage_int
@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="leave out records cut by max_tokens (finish_reason length)")
     parser.add_argument("--keep-mismatched", action="store_true",
                         help="keep rows whose token counts differ from the server's (still reported)")
-    parser.add_argument("--row-group-size", type=int, default=2048, metavar="N",
+    parser.add_argument("--row-group-size", type=positive_int, default=2048, metavar="N",
                         help="rows per parquet row group (default: %(default)s)")
     add_s3_endpoint_url(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
@@ -204,9 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.out.is_dir():
+            raise ConfigError(f"--out {args.out} is a directory; give the parquet file to write")
+        if not args.out.parent.is_dir():
+            raise ConfigError(f"--out {args.out}: the directory {args.out.parent} does not exist")
         tok = ChatTokenizer.load(args.tokenizer, args.chat_template)
         report = export(args.results, tok, args.out, drop_truncated=args.drop_truncated,
-                        keep_mismatched=args.keep_mismatched, row_group_size=max(1, args.row_group_size),
+                        keep_mismatched=args.keep_mismatched, row_group_size=args.row_group_size,
                         s3_endpoint_url=args.s3_endpoint_url)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -22,9 +22,10 @@ from rich.table import Table
 from rich.text import Text
 
 from client.core.durations import format_duration
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, InputError
 from client.core.ids import leading_id, shard_of
 from client.core.options import add_s3_endpoint_url
+from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.s3.manifest import Manifest
 from client.s3.resume import read_manifests
 from client.s3.store import S3Error, S3Store, S3Url
@@ -60,7 +61,7 @@ def count_prompts(paths: Iterable[Path], shard_counts: set[int]) -> tuple[int, d
     seen: set[str] = set()
     per: dict[int, Counter[int]] = {n: Counter() for n in shard_counts}
     for path in paths:
-        with path.open("rb") as handle:
+        with prompt_lines(path) as handle:
             for raw in handle:
                 prompt_id = leading_id(raw) if raw.strip() else None
                 if prompt_id is None and raw.strip():
@@ -149,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--s3", required=True, metavar="s3://BUCKET/PREFIX", help="the prefix the clients sync to")
     add_s3_endpoint_url(parser)
-    parser.add_argument("--prompts", action="append", metavar="FILE",
-                        help="the run's prompt file(s), to count what remains; repeat for several")
+    parser.add_argument("--prompts", action="append", metavar="FILE|DIR",
+                        help="the run's prompt file(s) (.jsonl, .jsonl.gz, .jsonl.zst, or a directory of them), "
+                             "to count what remains; repeat for several")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
@@ -159,17 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         url = S3Url.parse(args.s3)
+        paths = resolve_prompt_files([Path(p) for p in args.prompts]).paths if args.prompts else []
         manifests = asyncio.run(_read(url, args.s3_endpoint_url))
         prompts = None
-        if args.prompts:
-            paths = [Path(p) for p in args.prompts]
-            for path in paths:
-                if not path.is_file():
-                    raise ConfigError(f"--prompts {path}: no such file")
+        if paths:
             counts = {n for m in manifests if (n := _shard_count(m.shard)) is not None}
             prompts = count_prompts(paths, counts)
-    except (ConfigError, S3Error) as exc:
+    except (ConfigError, InputError, S3Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     now = time.time()
     rows = summarize(manifests, prompts)
