@@ -27,6 +27,7 @@ import orjson
 from client.core.errors import ConfigError
 
 LOCK_FILE = ".lock"
+_NAME_WAIT_STEPS, _NAME_WAIT_S = 20, 0.05
 
 
 class OutLocked(ConfigError):
@@ -84,6 +85,11 @@ def hold_out_lock(out_dir: Path, *, note: Callable[[str], None] | None = None) -
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = Holder.parse(_read(handle))
+            for _ in range(_NAME_WAIT_STEPS):  # a holder that has just locked writes its name right after
+                if holder is not None:
+                    break
+                time.sleep(_NAME_WAIT_S)
+                holder = Holder.parse(_read(handle))
             who = holder.describe() if holder else "a client that is just starting"
             raise OutLocked(f"--out {out_dir} is in use by another client ({who}; lock file {path}). "
                             "Two clients on one --out would send the same prompts twice: wait for that one "
