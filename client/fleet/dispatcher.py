@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,7 +67,8 @@ class Dispatcher:
         self.endpoints = list(endpoints)
         self.settings = settings or DispatchSettings()
         self._tracked = [_Tracked() for _ in self.endpoints]
-        self._changed = asyncio.Condition()
+        self._waiters: deque[asyncio.Future[None]] = deque()  # workers waiting for a slot, oldest first
+        self._woken = 0  # waiters woken that have not run yet
         self._closed = False
 
     # -- the policy's input ------------------------------------------------------------------------------
@@ -96,30 +98,64 @@ class Dispatcher:
     async def acquire(self, avoid: int | None = None, prefer: int | None = None) -> Endpoint:
         """A slot on the balancer's choice; `prefer` wins while it is up and under its hard cap, so a
         conversation's turns stay where its prefix is cached."""
-        async with self._changed:
-            while True:
-                if self._closed:
-                    raise DispatchClosed
+        queued = False
+        while True:
+            if self._closed:
+                raise DispatchClosed
+            # No barging: while others wait (or are woken and about to run), a newcomer queues behind
+            # them, so a freed slot goes to the worker that was woken for it, oldest first.
+            if not queued and (self._waiters or self._woken):
+                index = None
+            else:
                 index = pick_endpoint(self.loads(), avoid, self.settings.headroom)
-                if prefer is not None:
-                    preferred = self.endpoints[prefer]
-                    if preferred.counters.state == UP and preferred.counters.in_flight < preferred.max_in_flight:
-                        index = prefer
-                if index is not None:
-                    endpoint = self.endpoints[index]
-                    endpoint.counters.in_flight += 1
-                    self._tracked[index].sent_since_poll += 1
-                    return endpoint
-                await self._changed.wait()
+            if prefer is not None:
+                preferred = self.endpoints[prefer]
+                if preferred.counters.state == UP and preferred.counters.in_flight < preferred.max_in_flight:
+                    index = prefer
+            if index is not None:
+                # No await between the choice and taking the slot: on one event loop nothing interleaves.
+                endpoint = self.endpoints[index]
+                endpoint.counters.in_flight += 1
+                self._tracked[index].sent_since_poll += 1
+                if queued and self._waiters and not self._woken and self._has_room():
+                    self._wake(1)  # more room than wakeups (e.g. an endpoint came up): pass it on
+                return endpoint
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            queued = True
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._woken -= 1
+                    self._wake(1)  # woken, then cancelled: the wakeup belongs to someone else
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                raise
+            self._woken -= 1
 
     async def release(self, endpoint: Endpoint) -> None:
         endpoint.counters.in_flight -= 1
         self._tracked[endpoint.index].finished_since_poll += 1
-        await self._notify()
+        # One freed slot serves one waiter: waking them all made the CPU per request grow with the number
+        # of waiting workers (bench.dispatch). Changes that can free many slots at once (a load poll, an
+        # endpoint coming up, close) wake every waiter.
+        self._wake(1)
+
+    def _has_room(self) -> bool:
+        return pick_endpoint(self.loads(), None, self.settings.headroom) is not None
+
+    def _wake(self, count: int) -> None:
+        while count > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._woken += 1
+                count -= 1
 
     async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        self._wake(len(self._waiters))
 
     async def close(self) -> None:
         self._closed = True
