@@ -1,0 +1,57 @@
+"""client.run.console's plain progress line (what a run prints when stdout is not a terminal),
+table-driven from StatsSnapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from client.core.stats import EndpointSnapshot, StatsSnapshot
+from client.run.console import progress_line
+
+
+def endpoint(url: str, state: str = "up", last_error: str = "") -> EndpointSnapshot:
+    return EndpointSnapshot(url=url, state=state, in_flight=0, max_in_flight=8, capacity=8, done=0, errors=0,
+                            tokens_per_s=0.0, server_running=None, server_waiting=None, last_error=last_error)
+
+
+def snapshot(**changes: Any) -> StatsSnapshot:
+    """A quiet snapshot: every number 0, nothing unknown but the total; `changes` on top."""
+    base: dict[str, Any] = {}
+    for field in dataclasses.fields(StatsSnapshot):
+        base[field.name] = {"total": None, "eta_s": None, "gpu_hours_projected": None, "sync_lag": "",
+                            "errors_by_kind": {}, "endpoints": ()}.get(field.name, 0)
+    return StatsSnapshot(**{**base, **changes})
+
+
+@pytest.mark.parametrize(("changes", "parts"), [
+    ({}, ["done 0/? failed 0 in-flight 0", "tok/s 0 (5m 0)", "eta ?", "endpoints 0/0 up"]),
+    ({"total": 100, "done": 40, "failed": 2, "in_flight": 8}, ["done 40/100 failed 2 in-flight 8"]),
+    ({"tokens_per_s_short": 9_999.0, "tokens_per_s_long": 12_345.0}, ["tok/s 9999 (5m 12.3K)"]),
+    ({"eta_s": 3725.0}, ["eta 1h02m"]),
+    ({"eta_s": 42.0}, ["eta 42s"]),
+    ({"gpu_hours_projected": 12.345}, ["gpu-h~12.3 retries"]),
+    ({"retries": 3, "truncated": 1}, ["retries 3 truncated 1"]),
+    ({"sync_lag": "2 seg"}, ["up sync:2 seg"]),
+    ({"endpoints": (endpoint("http://a"), endpoint("http://b"))}, ["endpoints 2/2 up"]),
+    ({"endpoints": (endpoint("http://a"), endpoint("http://b", "down", "connection refused"))},
+     ["endpoints 1/2 up", " | http://b down: connection refused"]),
+], ids=["quiet", "counts", "rates", "eta-hours", "eta-seconds", "gpu-hours", "retries", "sync", "all-up",
+        "one-down"])
+def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
+    line = progress_line(snapshot(**changes))
+    for part in parts:
+        assert part in line, f"{part!r} not in {line!r}"
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize(("changes", "absent"), [
+    ({}, ["gpu-h", "sync:", " | "]),
+    ({"endpoints": (endpoint("http://a", "up", "an old error"),)}, ["an old error"]),  # up: no error shown
+])
+def test_progress_line_leaves_out_what_does_not_apply(changes: dict[str, Any], absent: list[str]) -> None:
+    line = progress_line(snapshot(**changes))
+    for part in absent:
+        assert part not in line
