@@ -39,6 +39,7 @@ from client.estimate.sample import Census, allocate, census, draw, write_records
 from client.fleet.options import add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
+from client.local.lock import hold_out_lock
 from client.local.prompt_files import resolve_prompt_files
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import ReadReport, iter_lines
@@ -180,27 +181,28 @@ def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Me
         raise ConfigError(f"--out {out} is not empty; give a new directory, or re-analyse it with "
                           f"--from-results {out}")
     ResultSink.prepare(out)
-    counted = census(args.prompts)
-    if counted.total == 0:
-        raise ConfigError("the prompt files hold no valid prompt")
-    chosen: dict[str, str] = {}
+    with hold_out_lock(out, note=lambda line: print(line, file=sys.stderr)):
+        counted = census(args.prompts)
+        if counted.total == 0:
+            raise ConfigError("the prompt files hold no valid prompt")
+        chosen: dict[str, str] = {}
 
-    def make_sample(slots: int) -> tuple[Path, int]:
-        count, share = args.sample or (None, None)
-        size = count if count is not None else round(share * counted.total) if share is not None \
-            else max(500, 5 * slots)
-        sizes = allocate(counted.strata, max(1, size))
-        path = out / "sample.jsonl"
-        chosen.update(write_records(path, draw(args.prompts, counted.strata, sizes, args.seed)))
-        return path, len(chosen)
+        def make_sample(slots: int) -> tuple[Path, int]:
+            count, share = args.sample or (None, None)
+            size = count if count is not None else round(share * counted.total) if share is not None \
+                else max(500, 5 * slots)
+            sizes = allocate(counted.strata, max(1, size))
+            path = out / "sample.jsonl"
+            chosen.update(write_records(path, draw(args.prompts, counted.strata, sizes, args.seed)))
+            return path, len(chosen)
 
-    fleet = FleetOptions(tuple(parse_endpoints(args.endpoints)), args.model, args.api_key, args.max_in_flight,
-                         args.wait_ready, args.max_attempts, network=network_from(args), compat=args.compat)
-    run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample,
-                                                progress_every_s=args.progress_every))
-    found, _ = measure(str(out), lambda record: chosen.get(record["id"]))
-    info = {"mode": "calibration", "out": str(out), **asdict(run)}
-    return found, counted, info
+        fleet = FleetOptions(tuple(parse_endpoints(args.endpoints)), args.model, args.api_key, args.max_in_flight,
+                             args.wait_ready, args.max_attempts, network=network_from(args), compat=args.compat)
+        run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample,
+                                                    progress_every_s=args.progress_every))
+        found, _ = measure(str(out), lambda record: chosen.get(record["id"]))
+        info = {"mode": "calibration", "out": str(out), **asdict(run)}
+        return found, counted, info
 
 
 def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Projection | None]:
