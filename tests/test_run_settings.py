@@ -31,6 +31,7 @@ from client.local.run_settings import (
 )
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, read_results, run_client
+from tests.s3_server import BUCKET, S3Server
 
 BASE = shaping_settings(model="m", sampling={"max_tokens": 8192, "temperature": 0.6, "top_p": 0.95, "top_k": 20,
                                              "enable_thinking": True},
@@ -196,3 +197,22 @@ def test_a_changed_resume_is_refused_then_allowed_and_audited_as_mixed(tmp_path:
     assert "temperature=0.6: 20 record(s); temperature=1.0: 15 record(s)" in mixed[0]["message"]
     counts = {entry["sampling"]["temperature"]: entry["records"] for entry in report["sampling"]}
     assert counts == {0.6: 20, 1.0: 15}
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_the_prefix_copy_refuses_a_changed_fresh_host(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0,
+                                         extra_args=("--mean-tokens", "120", "--tokens-per-chunk", "3"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 20)
+    args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
+            "--s3", f"s3://{BUCKET}/run", "--s3-endpoint-url", s3.url]
+    result = run_client([*args, "--out", str(tmp_path / "host-a")])
+    assert result.code == 0, result.stderr[-3000:]
+    stored = from_json(s3.get(BUCKET, f"run/{RUN_FILE}"))
+    assert stored == read_run_file(tmp_path / "host-a")
+    # A fresh host with nothing on disk compares against the prefix's copy.
+    refused = run_client([*args, "--out", str(tmp_path / "host-b"), "--temperature", "1.0"])
+    assert refused.code == 2, refused.stderr[-3000:]
+    assert f"recorded in s3://{BUCKET}/run/{RUN_FILE}:\n  sampling.temperature: 0.6 -> 1.0\n" in refused.stderr
+    assert not (tmp_path / "host-b" / RUN_FILE).exists()
