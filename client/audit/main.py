@@ -96,11 +96,16 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
     elif scan.empty_reasoning:
         found.append(Finding("warn", f"{scan.empty_reasoning:,} thinking-on completion(s) have empty reasoning"))
     bad_calls = sum(scan.bad_calls.values())
-    if bad_calls and _share(bad_calls, scan.tool_calls) > limits.max_bad_tool_call_share:
-        found.append(Finding("fail", f"{bad_calls:,} of {scan.tool_calls:,} tool calls are invalid "
+    whole_calls = scan.tool_calls - scan.truncated_calls  # a call cut off by max_tokens is truncated, not invalid
+    if bad_calls and _share(bad_calls, whole_calls) > limits.max_bad_tool_call_share:
+        found.append(Finding("fail", f"{bad_calls:,} of {whole_calls:,} tool calls are invalid "
                                      f"({', '.join(f'{k}: {v}' for k, v in scan.bad_calls.most_common())})"))
     elif bad_calls:
         found.append(Finding("warn", f"{bad_calls:,} tool call(s) are invalid"))
+    if scan.truncated_calls:
+        found.append(Finding("warn", f"{scan.truncated_calls:,} tool call(s) were cut off by max_tokens (finish_reason "
+                                     "length): counted as truncated, not invalid (client.export --drop-truncated "
+                                     "leaves them out)"))
     if len(scan.models) > 1:
         found.append(Finding("fail", "the results come from more than one model ("
                                      + ", ".join(f"{m}: {c:,}" for m, c in scan.models.most_common())
@@ -172,7 +177,8 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "reasoning": {"thinking_on": scan.thinking_on, "empty": scan.empty_reasoning,
                       "empty_share": round(_share(scan.empty_reasoning, scan.thinking_on), 4)},
         "tool_calls": {"records_with_calls": scan.records_with_calls, "calls": scan.tool_calls,
-                       "invalid": dict(scan.bad_calls), "examples": scan.bad_call_examples},
+                       "invalid": dict(scan.bad_calls), "examples": scan.bad_call_examples,
+                       "truncated": scan.truncated_calls, "truncated_examples": scan.truncated_call_examples},
         "models": dict(scan.models.most_common()),
         "sampling": [{"sampling": block, "records": count} for block, count in scan.sampling_mix()],
         "endpoints": {url: asdict(mix) for url, mix in sorted(scan.endpoints.items())},
@@ -205,7 +211,8 @@ def render(data: dict[str, Any], console: Console) -> None:
     calls = data["tool_calls"]
     invalid = sum(calls["invalid"].values())
     table.add_row("tool calls", f"{calls['calls']:,} in {calls['records_with_calls']:,} record(s); invalid {invalid:,}"
-                  + (f" ({', '.join(f'{k} {v}' for k, v in calls['invalid'].items())})" if invalid else ""))
+                  + (f" ({', '.join(f'{k} {v}' for k, v in calls['invalid'].items())})" if invalid else "")
+                  + (f"; cut off by max_tokens {calls['truncated']:,}" if calls["truncated"] else ""))
     table.add_row("models", ", ".join(f"{m} {c:,}" for m, c in data["models"].items()))
     if counts["with_diverged_field"]:
         table.add_row("diverged", f"{counts['diverged']:,} of {counts['with_diverged_field']:,}")
@@ -231,7 +238,10 @@ def render(data: dict[str, Any], console: Console) -> None:
         style = "red" if finding["level"] == "fail" else "yellow"
         console.print(f"[{style}]{finding['level'].upper()}[/{style}] {finding['message']}", highlight=False)
     colour = {"healthy": "green", "broken": "bold red", "incomplete": "yellow"}[data["verdict"]]
-    console.print(f"[{colour}]verdict: {data['verdict'].upper()}[/{colour}]")
+    cut = data["finish_reasons"].get("length", 0)
+    expected = (f" ({cut:,} completion(s) cut off by max_tokens: truncated, which is expected, not broken)"
+                if cut and data["verdict"] != "broken" else "")
+    console.print(f"[{colour}]verdict: {data['verdict'].upper()}[/{colour}]{expected}", highlight=False)
 
 
 def build_parser() -> argparse.ArgumentParser:

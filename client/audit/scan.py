@@ -20,7 +20,15 @@ import orjson
 from client.core.ids import id_hash, leading_id
 from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
-from client.results.rules import is_stub, token_parts, tool_call_problem, tool_schemas, usage_int
+from client.results.rules import (
+    TRUNCATED_CALL,
+    cut_by_length,
+    is_stub,
+    judge_tool_call,
+    token_parts,
+    tool_schemas,
+    usage_int,
+)
 
 EXAMPLES = 5
 
@@ -56,6 +64,8 @@ class Scan:
     tool_calls: int = 0
     bad_calls: Counter[str] = field(default_factory=Counter)
     bad_call_examples: list[str] = field(default_factory=list)
+    truncated_calls: int = 0  # the last call of a `length` record, cut off by max_tokens: not invalid
+    truncated_call_examples: list[str] = field(default_factory=list)
     stub_examples: list[str] = field(default_factory=list)
     models: Counter[str] = field(default_factory=Counter)
     endpoints: dict[str, EndpointMix] = field(default_factory=dict)
@@ -129,13 +139,20 @@ class Scan:
     def _check_calls(self, where: str, record: dict[str, Any], calls: list[Any]) -> None:
         self.records_with_calls += 1
         schemas = tool_schemas(record.get("tools"))
-        for call in calls:
+        finish = record.get("finish_reason")
+        for index, call in enumerate(calls):
             self.tool_calls += 1
-            problem = tool_call_problem(call, schemas)
-            if problem is not None:
+            problem = judge_tool_call(call, schemas, cut_off=cut_by_length(finish, index, len(calls)))
+            if problem is None:
+                continue
+            if problem[0] == TRUNCATED_CALL:
+                self.truncated_calls += 1
+                examples = self.truncated_call_examples
+            else:
                 self.bad_calls[problem[0]] += 1
-                if len(self.bad_call_examples) < EXAMPLES:
-                    self.bad_call_examples.append(f"{where}: {record['id']}: {problem[1]}")
+                examples = self.bad_call_examples
+            if len(examples) < EXAMPLES:
+                examples.append(f"{where}: {record['id']}: {problem[1]}")
 
 
 def mixed_settings(mix: list[tuple[dict[str, Any], int]]) -> str:

@@ -3,6 +3,10 @@
 Tool calls are checked against the tool's JSON schema with a deliberately small subset of JSON Schema
 (required keys, basic types, enum, nested properties and items, additionalProperties: false), which is
 what tool definitions use in practice; no schema library is needed and nothing here does I/O.
+
+A tool call that max_tokens cut off (the last call of a record whose finish_reason is `length`) is not
+broken data: its arguments simply end early. `judge_tool_call` names it `truncated`, apart from the
+invalid kinds, so the audit counts it with the truncated completions and not as an invalid call.
 """
 
 from __future__ import annotations
@@ -154,3 +158,19 @@ def tool_call_problem(call: object, schemas: Mapping[str, object]) -> tuple[str,
     if problem is not None:
         return "schema mismatch", f"{name}: {problem}"
     return None
+
+
+TRUNCATED_CALL = "truncated"
+
+
+def cut_by_length(finish_reason: object, index: int, count: int) -> bool:
+    """Whether call `index` of `count` is the one max_tokens cut off: the last call of a `length` record."""
+    return finish_reason == "length" and index == count - 1
+
+
+def judge_tool_call(call: object, schemas: Mapping[str, object], *, cut_off: bool) -> tuple[str, str] | None:
+    """`tool_call_problem`, except that a call cut off by max_tokens is (TRUNCATED_CALL, detail), not invalid."""
+    problem = tool_call_problem(call, schemas)
+    if problem is not None and cut_off:
+        return TRUNCATED_CALL, f"cut off by max_tokens (finish_reason length): {problem[1]}"
+    return problem
