@@ -63,6 +63,7 @@ async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
     their reason in `counters.last_error`, which the live view and the plain lines show.
     """
     deadline = time.monotonic() + wait_s
+    waiting = False
     while True:
         limit_s = max(HEALTH_LIMIT_S, deadline - time.monotonic())
         found = await asyncio.gather(*(probe(e, limit_s) for e in endpoints))
@@ -83,6 +84,10 @@ async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
                 f"cannot reach {len(silent)} of {len(endpoints)} endpoint(s): {'; '.join(silent)}. "
                 "Check the host and port; if the servers are still loading, pass --wait-ready SECONDS."
             )
+        if not waiting:
+            waiting = True
+            note(f"waiting up to {wait_s:.0f}s (--wait-ready) for {len(silent)} endpoint(s) nothing answers on "
+                 f"yet: {'; '.join(silent)}")
         await asyncio.sleep(2.0)
 
 
