@@ -11,11 +11,13 @@ the ledger back at start-up (and repairing what a crash left) is client.local.le
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -46,6 +48,19 @@ def _write_all(handle: BinaryIO, data: bytes) -> None:
         if not written:
             raise OSError(28, "no progress writing (disk full?)")
         view = view[written:]
+
+
+def _finish_segment(handle: BinaryIO, segment: ClosedSegment, ids: list[str]) -> ClosedSegment:
+    """Make a closed segment durable, then write its sidecar: the sidecar exists only for a whole segment."""
+    try:
+        os.fsync(handle.fileno())
+        handle.close()
+        write_ids(segment.ids_path, ids)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            handle.close()
+        raise SinkError(f"cannot close segment {segment.path}: {exc.strerror or exc}") from exc
+    return segment
 
 
 def host_name() -> str:
@@ -88,6 +103,11 @@ class ResultSink:
         # After a failed write the open segment's tail is unknown: its sidecar must not be written, so
         # the next run rescans (and repairs) the segment instead of trusting an id list.
         self._broken = False
+        # Closing a segment (fsync, close, sidecar) runs on one worker thread when an event loop is
+        # running, so a slow disk never blocks the streams; segments are finished in order.
+        self._closer: ThreadPoolExecutor | None = None
+        self._closing: list[tuple[Future[ClosedSegment], list[bool]]] = []
+        self._close_error: SinkError | None = None
 
     @staticmethod
     def prepare(out_dir: Path) -> None:
@@ -115,6 +135,7 @@ class ResultSink:
 
     def write_result(self, record: ResultRecord) -> None:
         line = orjson.dumps(record) + b"\n"
+        self._raise_close_error()
         if self._broken:
             raise SinkError("the results sink failed earlier; refusing to write more")
         try:
@@ -139,6 +160,7 @@ class ResultSink:
 
     def rotate_if_due(self) -> None:
         """Close the open segment once it is old enough, so it can be synced (called periodically)."""
+        self._raise_close_error()
         if self._handle is not None and time.monotonic() - self._opened_at >= self.max_segment_age_s:
             self.close_segment()
 
@@ -151,19 +173,51 @@ class ResultSink:
             with contextlib.suppress(OSError):
                 handle.close()
             return
+        segment = ClosedSegment(path, path.with_suffix(".ids"), len(self._ids), self._bytes, self._tokens)
+        ids = self._ids
         try:
-            os.fsync(handle.fileno())
-            handle.close()
-            ids_path = path.with_suffix(".ids")
-            write_ids(ids_path, self._ids)
-        except OSError as exc:
-            raise SinkError(f"cannot close segment {path}: {exc.strerror or exc}") from exc
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            _finish_segment(handle, segment, ids)
+            self._announce(segment)
+            return
+        if self._closer is None:
+            self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-close")
+        job = self._closer.submit(_finish_segment, handle, segment, ids)
+        delivered = [False]
+        self._closing.append((job, delivered))
+        job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._deliver, done, delivered))
+
+    def _deliver(self, job: Future[ClosedSegment], delivered: list[bool]) -> None:
+        if delivered[0]:
+            return
+        delivered[0] = True
+        self._closing = [entry for entry in self._closing if entry[0] is not job]
+        error = job.exception()
+        if isinstance(error, SinkError):
+            self._close_error = self._close_error or error
+            return
+        if error is not None:
+            raise error
+        self._announce(job.result())
+
+    def _announce(self, segment: ClosedSegment) -> None:
         if self.on_segment_closed is not None:
-            self.on_segment_closed(ClosedSegment(path, ids_path, len(self._ids), self._bytes, self._tokens))
+            self.on_segment_closed(segment)
+
+    def _raise_close_error(self) -> None:
+        if self._close_error is not None:
+            raise self._close_error
 
     def close(self) -> None:
         try:
             self.close_segment()
+            if self._closer is not None:
+                self._closer.shutdown(wait=True)
+                self._closer = None
+            for job, delivered in list(self._closing):
+                self._deliver(job, delivered)
+            self._raise_close_error()
         finally:
             if self._failures is not None:
                 self._failures.close()
