@@ -112,8 +112,10 @@ def _assert_clean(run: Run) -> None:
     assert run.code == 0, run.stderr[-3000:]
     assert not run.failures
     assert set(run.records) == set(PLAIN + WITH_TOOLS)
-    # One POST per prompt, each answered 200: no retries, no rejected request.
-    assert run.posts == [200] * len(run.records), run.posts
+    # The one-token preflight, then one POST per prompt, each answered 200: no retries, no rejected request.
+    assert run.posts == [200] * (1 + len(run.records)), run.posts
+    assert "preflight: 1 of 1 answering endpoint(s) took the run's request shape" in run.stderr
+    assert "servers: vllm x1" in run.stderr
 
 
 def _expected_usage(prompt_ids: list[int], completion: int, reasoning: int) -> dict[str, Any]:
