@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from client.core.records import Completion, ToolCall, Usage
 
-_EVENT_ID = re.compile(r"(.+)#(\d+)(!?)\Z")
+_EVENT_ID = re.compile(r"(.+)#(\d+)(!?)\Z", re.DOTALL)  # any JSON string is an id, line breaks too
 
 
 def event_id(conversation_id: str, turn: int, *, last: bool = False) -> str:
