@@ -40,6 +40,8 @@ async def open_s3(args: argparse.Namespace, out: Path, shard: Shard, run_id: str
         raise ConfigError(f"{exc}. Nothing was sent; start again once S3 answers.") from exc
     say(f"s3: {url} as writer {writer} ({manifest_key(writer)}): read {found.manifests} manifest(s); "
          f"{found.s3_ids_added:,} more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
+    if found.takeover:
+        say(f"s3: {found.takeover}")
     for line in found.dropped:
         say(f"s3: {line}")
     if found.pending:

@@ -118,6 +118,9 @@ class Manifest:
     updated: float = 0.0
     failed: int = 0
     segments: dict[str, SegmentEntry] = field(default_factory=dict)
+    # Who writes it now: the lease that keeps two live writers of one name apart (client.s3.lease).
+    machine: str = ""
+    pid: int = 0
 
     @property
     def records(self) -> int:
@@ -138,6 +141,8 @@ class Manifest:
             "format": FORMAT,
             "writer": self.writer,
             "host": self.host,
+            "machine": self.machine,
+            "pid": self.pid,
             "shard": self.shard,
             "run": self.run,
             "state": self.state,
@@ -167,6 +172,7 @@ class Manifest:
                 sync_interval_s=float(obj.get("sync_interval_s", 0.0)), started=float(obj.get("started", 0.0)),
                 updated=float(obj.get("updated", 0.0)), failed=int(obj.get("failed", 0)),
                 segments={e.name: e for e in entries},
+                machine=str(obj.get("machine", "")), pid=int(obj.get("pid", 0)),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{source}: unreadable manifest: {exc}") from exc

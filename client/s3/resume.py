@@ -25,6 +25,7 @@ import orjson
 from client.core.errors import ConfigError
 from client.core.ids import line_id
 from client.local.ledger import read_ids, write_ids
+from client.s3.lease import check_lease, machine_id
 from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids
 from client.s3.store import S3Error, S3Store
 from client.s3.uploader import PendingSegment
@@ -46,6 +47,7 @@ class S3Start:
     aborted_uploads: int = 0
     deleted_local: int = 0
     seconds: float = 0.0
+    takeover: str | None = None  # the lease of a writer that is gone, taken over (client.s3.lease)
 
 
 async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
@@ -177,9 +179,12 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     await store.check_bucket()
     manifests = await read_manifests(store)
     mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
+    machine = machine_id()
+    takeover = check_lease(mine[0], machine=machine) if mine else None  # before anything is changed
     manifest = mine[0] if mine else Manifest(writer=writer, host=host, shard=shard)
+    manifest.machine, manifest.pid = machine, os.getpid()
     manifest.run, manifest.state, manifest.sync_interval_s = run_id, "running", sync_interval_s
-    result = S3Start(manifest, mine[1] if mine else None, manifests=len(manifests))
+    result = S3Start(manifest, mine[1] if mine else None, manifests=len(manifests), takeover=takeover)
 
     entries = {entry.name: entry for m, _ in manifests for entry in m.segments.values()}
     local, pending = await asyncio.to_thread(_local_state, segments_dir, set(entries))

@@ -199,10 +199,21 @@ class SegmentUploader:
         """Runs until cancelled (a companion of the swarm), or until a fatal conflict."""
         while self.fatal is None:
             if not self._pending and not self._dirty:
-                await self._wake.wait()
+                try:
+                    async with asyncio.timeout(self.heartbeat_s):
+                        await self._wake.wait()
+                except TimeoutError:
+                    # The heartbeat: a fresh `updated` tells a second writer of this name that this one
+                    # lives (client.s3.lease), even while no segment closes.
+                    self._dirty = True
+                    continue
                 self._wake.clear()
                 continue
             await self._work()
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.manifest.sync_interval_s if self.manifest.sync_interval_s > 0 else 60.0
 
     async def drain(self, timeout_s: float, *, state: str, skip: asyncio.Event | None = None) -> SyncReport:
         """At the end of the run: upload what is pending for at most `timeout_s` (or until `skip` is set),

@@ -1,0 +1,65 @@
+"""Two live writers with one name (the same host name and shard) on one S3 prefix would overwrite each
+other's manifest: the manifest is the lease that keeps them apart.
+
+A running writer rewrites its manifest at least once per sync interval (the uploader's heartbeat), with
+its machine and pid. At start-up, a manifest of this writer's name that still says "running" is held
+by a live writer when it is fresh, unless it names this machine and a pid that is gone (a crash here,
+restarted at once). A stale one, or one from a client that wrote no machine, is taken over, and the
+takeover is said.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from client.core.durations import format_duration
+from client.core.errors import ManifestConflict
+from client.s3.manifest import Manifest
+
+# A manifest is fresh for this many sync intervals, plus a margin for a slow upload.
+FRESH_INTERVALS = 2
+FRESH_MARGIN_S = 60.0
+
+
+def machine_id() -> str:
+    """This machine, as apart from another with the same host name (a container, a cloned VM)."""
+    return f"{socket.gethostname()}/{uuid.getnode():012x}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fresh_for(previous: Manifest) -> float:
+    return FRESH_INTERVALS * max(previous.sync_interval_s, 1.0) + FRESH_MARGIN_S
+
+
+def check_lease(previous: Manifest, *, machine: str, now: float | None = None,
+                alive: Callable[[int], bool] = pid_alive) -> str | None:
+    """None when the name is free; a line to show when a dead writer's lease is taken over; ManifestConflict
+    (exit 2) when a live writer holds it."""
+    if previous.state != "running" or not previous.machine:
+        return None
+    now = time.time() if now is None else now
+    age = now - previous.updated
+    who = f"host {previous.host}, pid {previous.pid}, run {previous.run or '?'}"
+    if previous.machine == machine and previous.pid and not alive(previous.pid):
+        return f"taking over writer {previous.writer}: its last client on this machine ({who}) is gone"
+    if age >= fresh_for(previous):
+        return (f"taking over writer {previous.writer}: its manifest says running but has not been updated for "
+                f"{format_duration(age)} ({who})")
+    raise ManifestConflict(
+        f"writer {previous.writer} is running on this S3 prefix ({who}; its manifest was updated "
+        f"{format_duration(age)} ago). Two writers with one name would overwrite each other's manifest: stop "
+        "that one, give this one another --shard or run it on another host; if that writer is gone, its "
+        f"name is free once its manifest is {format_duration(fresh_for(previous))} old.")
