@@ -164,8 +164,11 @@ class Endpoint:
         parser = StreamParser()
         started = time.monotonic()
         first_output: list[float] = []
+        reads = 0
 
         def feed(data: bytes) -> None:
+            nonlocal reads
+            reads += 1
             parser.feed(data)
             if not first_output and parser.saw_output:
                 first_output.append(time.monotonic() - started)
@@ -179,6 +182,7 @@ class Endpoint:
             raise
         finally:
             self.counters.chunks += parser.events
+            self.counters.reads += reads
         if response.status != 200:
             raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
         return parser.completion(ended_cleanly=True), _first(first_output)
