@@ -44,7 +44,18 @@ def test_extension_fields_follow_the_policy(policy: FieldPolicy, settings: Sampl
                                              extensions: set[str]) -> None:
     payload = build_payload(prompt(USER), [USER], settings, model="m", policy=policy)
     assert set(payload) == STANDARD | extensions
-    assert payload["stream"] is True and payload["stream_options"] == {"include_usage": True}
+    live_counts = {"continuous_usage_stats": True} if policy.allows("continuous_usage_stats") else {}
+    assert payload["stream"] is True and payload["stream_options"] == {"include_usage": True, **live_counts}
+
+
+@pytest.mark.parametrize(("policy", "sent"), [
+    (FieldPolicy.everything(), True),
+    (FieldPolicy(frozenset({"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"})), True),
+    (FieldPolicy.standard(), False),
+], ids=["everything", "sglang", "openai"])
+def test_per_chunk_usage_is_asked_only_where_the_policy_allows(policy: FieldPolicy, sent: bool) -> None:
+    payload = build_payload(prompt(USER), [USER], SamplingSettings(), model="m", policy=policy)
+    assert ("continuous_usage_stats" in payload["stream_options"]) is sent
 
 
 @pytest.mark.parametrize(("policy", "asked", "sent"), [

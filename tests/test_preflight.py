@@ -16,7 +16,7 @@ from client.fleet.preflight import check_settings_fit, field_policy, kind_from_m
 from tests.conftest import make_prompts, read_results, run_client
 from tests.servers.harness import ServerGroup
 
-EXTENSIONS = {"top_k", "min_p", "chat_template_kwargs", "return_token_ids"}
+EXTENSIONS = {"top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats"}
 PROMPT = Prompt(id="x", messages=[{"role": "user", "content": "hi"}], tools=None, meta=None, source="t", line=1)
 
 
@@ -34,14 +34,14 @@ def test_kind_from_models(document: Any, kind: str | None) -> None:
 
 
 @pytest.mark.parametrize(("compat", "kinds", "sent"), [
-    ("auto", ["sglang", "sglang"], {"top_k", "min_p", "chat_template_kwargs"}),
+    ("auto", ["sglang", "sglang"], {"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
     ("auto", ["vllm"], EXTENSIONS),
-    ("auto", ["sglang", "vllm"], {"top_k", "min_p", "chat_template_kwargs"}),
+    ("auto", ["sglang", "vllm"], {"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
     ("auto", ["other"], set()),
     ("auto", ["sglang", "other"], set()),
     ("auto", [], set()),
     ("openai", ["vllm"], set()),
-    ("sglang", ["other"], {"top_k", "min_p", "chat_template_kwargs"}),
+    ("sglang", ["other"], {"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
     ("vllm", ["other"], EXTENSIONS),
 ])
 def test_field_policy(compat: str, kinds: list[str], sent: set[str]) -> None:

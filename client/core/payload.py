@@ -4,7 +4,7 @@ If the prompt's last message is an assistant turn, that turn is the one being re
 from the request (and from the recorded messages) so the model writes it anew.
 
 Standard OpenAI fields always go out. The extension fields (`top_k`, `min_p`, `chat_template_kwargs`,
-`return_token_ids`) go only where the run's `FieldPolicy` allows them, decided once at start from the
+`return_token_ids`, `stream_options.continuous_usage_stats`) go only where the run's `FieldPolicy` allows them, decided once at start from the
 kind of server (`--compat`); the recorded sampling block is built by the same policy, so a record says
 exactly what was sent.
 """
@@ -46,7 +46,7 @@ class SamplingSettings:
         return sent
 
 
-EXTENSION_FIELDS = ("top_k", "min_p", "chat_template_kwargs", "return_token_ids")
+EXTENSION_FIELDS = ("top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,8 @@ def build_payload(
         "model": model,
         "messages": messages,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": ({"include_usage": True, "continuous_usage_stats": True}
+                           if policy.allows("continuous_usage_stats") else {"include_usage": True}),
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,
         "top_p": settings.top_p,

@@ -26,8 +26,8 @@ COMPAT_CHOICES = ("auto", SGLANG, VLLM, "openai")
 
 # SGLang refuses `return_token_ids` on a streaming chat request (HTTP 400), so it is vLLM's alone here.
 _EXTENSIONS_BY_KIND: dict[str, frozenset[str]] = {
-    SGLANG: frozenset({"top_k", "min_p", "chat_template_kwargs"}),
-    VLLM: frozenset({"top_k", "min_p", "chat_template_kwargs", "return_token_ids"}),
+    SGLANG: frozenset({"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
+    VLLM: frozenset({"top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats"}),
     OTHER: frozenset(),
 }
 
@@ -37,6 +37,7 @@ _FIX_FOR_FIELD = {
     "min_p": "--min-p none",
     "chat_template_kwargs": "--compat openai",
     "return_token_ids": "--compat sglang",
+    "continuous_usage_stats": "--compat openai",
     "seed": "leaving out --seed",
     "tools": "a prompt set without tools",
 }
