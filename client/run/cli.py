@@ -111,7 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stop at the first invalid record instead of reporting and skipping it")
     data.add_argument("--show-problems", type=non_negative_int, default=20, metavar="N",
                       help="print the first N invalid records as they are found (default: %(default)s)")
-    data.add_argument("--shard", metavar="K/N", help="take only the ids in shard K of N (K from 0), for many hosts")
+    data.add_argument("--shard", metavar="K/N|auto",
+                      help="take only the ids in shard K of N (K from 0), for many hosts; 'auto' reads K and N "
+                           "from the scheduler: a SLURM array (SLURM_ARRAY_TASK_ID/_COUNT), a SLURM task under "
+                           "srun (SLURM_PROCID/SLURM_NTASKS) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX "
+                           "with --shard-count)")
+    data.add_argument("--shard-count", type=positive_int, metavar="N",
+                      help="with --shard auto: the job's shard count N (default: $REGEN_SHARD_COUNT, else the "
+                           "SLURM array's or step's size); needed on Kubernetes and when resubmitting some indices")
     data.add_argument("--segment-mb", type=positive_float, default=256.0, metavar="MB",
                       help="rotate a segment at this size (default: %(default)s)")
     data.add_argument("--segment-age", type=positive_float, default=300.0, metavar="SECONDS",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,6 +38,7 @@ from client.run.console import say, show_progress
 from client.run.rate import RequestRate
 from client.run.s3_wiring import drain, open_s3
 from client.run.settings_gate import SettingsGate
+from client.run.shard_auto import resolve_shard
 from client.run.startup_fields import settle_fields
 from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm
@@ -104,10 +106,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         return EXIT_OK
     for path in prompt_files.empty:
         say(f"warning: --prompts {path} is empty")
-    try:
-        shard = Shard.parse(args.shard) if args.shard else None
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    shard, shard_source = resolve_shard(args.shard, args.shard_count, os.environ, note=say)
 
     done_ids, scan = read_done_ids(out / "segments")
     if scan.segments:
@@ -115,7 +114,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
         say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}")
     run_id = new_run_id()
-    uploader = await open_s3(args, out, shard or Shard(0, 1), run_id, done_ids, stack) if args.s3 else None
+    uploader = (await open_s3(args, out, shard or Shard(0, 1), run_id, done_ids, stack, shard_source=shard_source)
+                if args.s3 else None)
     segment_age = min(args.segment_age, args.sync_interval) if uploader else args.segment_age
     ledger = await _turn_ledger(args, done_ids, out) if args.turns == "all" else None
     # What the source skips: done prompts, or (--turns all) conversations whose last event is written.

@@ -20,7 +20,7 @@ from client.s3.uploader import SegmentUploader, SyncReport
 
 
 async def open_s3(args: argparse.Namespace, out: Path, shard: Shard, run_id: str, done_ids: set[str],
-                   stack: contextlib.AsyncExitStack) -> SegmentUploader:
+                   stack: contextlib.AsyncExitStack, *, shard_source: str = "") -> SegmentUploader:
     """Check the bucket, add the done ids held in S3, queue what an earlier run left unuploaded, and
     register this run in its manifest: all before any request, so a bad bucket costs nothing."""
     url = S3Url.parse(args.s3)
@@ -30,7 +30,7 @@ async def open_s3(args: argparse.Namespace, out: Path, shard: Shard, run_id: str
         found = await start_s3(store, segments_dir=out / "segments", writer=writer, host=host_name(),
                                shard=f"{shard.index}/{shard.count}", run_id=run_id,
                                sync_interval_s=args.sync_interval, done=done_ids,
-                               delete_uploaded=args.delete_uploaded)
+                               delete_uploaded=args.delete_uploaded, shard_source=shard_source)
         uploader = SegmentUploader(store, found.manifest, found.etag, gzipped=args.s3_gzip,
                                    part_size=int(args.s3_part_mb * (1 << 20)), delete_uploaded=args.delete_uploaded)
         for segment in found.pending:

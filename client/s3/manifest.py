@@ -121,6 +121,8 @@ class Manifest:
     # Who writes it now: the lease that keeps two live writers of one name apart (client.s3.lease).
     machine: str = ""
     pid: int = 0
+    # Where the shard came from: "--shard K/N", or the scheduler's variables with --shard auto.
+    shard_source: str = ""
 
     @property
     def records(self) -> int:
@@ -144,6 +146,7 @@ class Manifest:
             "machine": self.machine,
             "pid": self.pid,
             "shard": self.shard,
+            "shard_source": self.shard_source,
             "run": self.run,
             "state": self.state,
             "sync_interval_s": self.sync_interval_s,
@@ -173,6 +176,7 @@ class Manifest:
                 updated=float(obj.get("updated", 0.0)), failed=int(obj.get("failed", 0)),
                 segments={e.name: e for e in entries},
                 machine=str(obj.get("machine", "")), pid=int(obj.get("pid", 0)),
+                shard_source=str(obj.get("shard_source", "")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{source}: unreadable manifest: {exc}") from exc

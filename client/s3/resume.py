@@ -173,7 +173,8 @@ def _delete_uploaded(local: list[Path], entries: dict[str, SegmentEntry]) -> int
 
 
 async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, shard: str, run_id: str,
-                sync_interval_s: float, done: set[str], delete_uploaded: bool = False) -> S3Start:
+                sync_interval_s: float, done: set[str], delete_uploaded: bool = False,
+                shard_source: str = "") -> S3Start:
     """Everything a run with --s3 does before its first request; `done` gains the ids found in S3."""
     began = time.perf_counter()
     await store.check_bucket()
@@ -184,6 +185,7 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     manifest = mine[0] if mine else Manifest(writer=writer, host=host, shard=shard)
     manifest.machine, manifest.pid = machine, os.getpid()
     manifest.run, manifest.state, manifest.sync_interval_s = run_id, "running", sync_interval_s
+    manifest.shard_source = shard_source
     result = S3Start(manifest, mine[1] if mine else None, manifests=len(manifests), takeover=takeover)
 
     entries = {entry.name: entry for m, _ in manifests for entry in m.segments.values()}
