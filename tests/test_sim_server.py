@@ -92,6 +92,18 @@ async def test_stream_chunk_order_and_fields() -> None:
     assert usage["reasoning_tokens"] == usage["completion_tokens_details"]["reasoning_tokens"]
 
 
+async def test_continuous_usage_counts_every_chunk() -> None:
+    async with serving(tokens_per_chunk=3) as (_, client):
+        evs = await events(client, body(stream=True, stream_options={"include_usage": True,
+                                                                     "continuous_usage_stats": True}))
+    chunks = [e for e in evs if isinstance(e, dict)]
+    final = chunks[-1]["usage"]["completion_tokens"]
+    running = [e["usage"]["completion_tokens"] for e in chunks[1:-1]]  # after the role chunk
+    assert running == sorted(running) and running[-1] == final and running[0] >= 1
+    # With MTP a step writes several tokens, so the count is not the number of chunks.
+    assert final > len({*running}) > 1
+
+
 async def test_no_usage_chunk_unless_asked() -> None:
     async with serving() as (_, client):
         evs = await events(client, body(stream=True))

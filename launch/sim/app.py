@@ -2,7 +2,9 @@
 
 Validation and error bodies follow SGLang's OpenAI layer (`serving_chat.py`, `serving_base.py`): errors
 are flat `ErrorResponse` objects with HTTP 400 for bad requests. Like SGLang, a stream's HTTP headers go
-out only with its first generated token, so time in the queue shows up as time to first byte.
+out only with its first generated token, so time in the queue shows up as time to first byte. With
+`stream_options.continuous_usage_stats`, every chunk carries the running usage, as SGLang's
+`_generate_stream_content` attaches `UsageProcessor.calculate_token_usage(...)` to each chunk.
 """
 
 from __future__ import annotations
@@ -179,6 +181,7 @@ class _Call:
         cfg = self.config
         opts = self.body.get("stream_options")
         include_usage = isinstance(opts, Mapping) and bool(opts.get("include_usage"))
+        continuous = isinstance(opts, Mapping) and bool(opts.get("continuous_usage_stats"))
         writer = wire.ChunkWriter(self.rid, self.created, self.model, cfg.reasoning_field, cfg.omit_nulls)
         resp: web.StreamResponse | None = None
         sent = 0
@@ -187,7 +190,8 @@ class _Call:
                 upto = min(await self.ereq.wait_beyond(sent), self.target)
                 if self.strike is not None and upto >= self.strike:
                     upto = max(sent, self.strike)
-                out = writer.pieces(self.cursor.advance(upto), self.script)
+                running = wire.usage(self.script, upto) if continuous else None
+                out = writer.pieces(self.cursor.advance(upto), self.script, running)
                 sent = upto
                 if resp is None:
                     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -201,7 +205,7 @@ class _Call:
                     continue
                 await resp.write(b"".join(out))
             assert resp is not None  # target >= 1, so the loop ran
-            tail = [writer.finish(self.finish)]
+            tail = [writer.finish(self.finish, wire.usage(self.script, self.target) if continuous else None)]
             if include_usage:
                 tail.append(writer.usage(self.script, self.target))
             if not cfg.omit_done:

@@ -62,7 +62,8 @@ class ChunkWriter:
         self.reasoning_field = reasoning_field
         self.omit_nulls = omit_nulls
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> bytes:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, matched: Any = None,
+               usage: dict[str, Any] | None = None) -> bytes:
         full_delta = {"role": None, "content": None, self.reasoning_field: None, "tool_calls": None}
         full_delta.update(delta)
         obj: dict[str, Any] = {
@@ -79,33 +80,35 @@ class ChunkWriter:
                     "matched_stop": matched,
                 }
             ],
-            "usage": None,
+            "usage": usage,
         }
         return sse(drop_nulls(obj) if self.omit_nulls else obj)
 
     def role(self) -> bytes:
         return self._chunk({"role": "assistant", "content": ""})
 
-    def pieces(self, pieces: list[Piece], script: Script) -> list[bytes]:
+    def pieces(self, pieces: list[Piece], script: Script, usage: dict[str, Any] | None = None) -> list[bytes]:
+        """One chunk per piece. `usage` (stream_options.continuous_usage_stats) rides on each: like SGLang,
+        every chunk of one decode step carries the step's running counts."""
         out: list[bytes] = []
         for p in pieces:
             if p.phase == "reasoning":
-                out.append(self._chunk({self.reasoning_field: p.text}))
+                out.append(self._chunk({self.reasoning_field: p.text}, usage=usage))
             elif p.phase == "content":
-                out.append(self._chunk({"content": p.text}))
+                out.append(self._chunk({"content": p.text}, usage=usage))
             elif p.phase == "tool_start":
                 call = script.tool_calls[p.call]
                 tc = {"id": call.id, "index": p.call, "type": "function",
                       "function": {"name": call.name, "arguments": ""}}
-                out.append(self._chunk({"tool_calls": [tc]}))
+                out.append(self._chunk({"tool_calls": [tc]}, usage=usage))
             else:
                 tc = {"id": None, "index": p.call, "type": "function",
                       "function": {"name": None, "arguments": p.text}}
-                out.append(self._chunk({"tool_calls": [tc]}))
+                out.append(self._chunk({"tool_calls": [tc]}, usage=usage))
         return out
 
-    def finish(self, reason: str) -> bytes:
-        return self._chunk({}, finish=reason)
+    def finish(self, reason: str, usage: dict[str, Any] | None = None) -> bytes:
+        return self._chunk({}, finish=reason, usage=usage)
 
     def usage(self, script: Script, generated: int) -> bytes:
         obj = {
