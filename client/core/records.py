@@ -22,6 +22,19 @@ class Usage(TypedDict, total=False):
     total_tokens: int
     reasoning_tokens: int
     completion_tokens_details: dict[str, Any]
+    prompt_tokens_details: dict[str, Any]
+
+
+class Spec(TypedDict, total=False):
+    """The server's own speculative-decoding (MTP) figures for one request (SGLang
+    `return_spec_tokens_details`): tokens per verify step, accepted share of the drafts, and the counts."""
+
+    accept_length: float
+    accept_rate: float
+    verify_ct: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_histogram: list[int]
 
 
 class Timings(TypedDict):
@@ -42,6 +55,7 @@ class ResultRecord(TypedDict):
     usage: Usage
     prompt_token_ids: NotRequired[list[int]]
     completion_token_ids: NotRequired[list[int]]
+    spec: NotRequired[Spec]
     model: str | None
     endpoint: str
     timings: Timings
@@ -74,7 +88,7 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One whole streamed completion, as parsed from the server's events."""
+    """One whole completion, as parsed from the server's stream events or its non-streaming body."""
 
     reasoning: str
     content: str
@@ -84,6 +98,7 @@ class Completion:
     model: str | None
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+    spec: Spec | None = None
 
     @property
     def completion_tokens(self) -> int:

@@ -19,6 +19,7 @@ import orjson
 
 from client.core.errors import AttemptError, ConfigError, RequestRejected
 from client.core.payload import FieldPolicy, SamplingSettings
+from client.fleet.token_ids import no_ids_refusal
 from client.wire.endpoint import Endpoint
 
 SGLANG, VLLM, OTHER = "sglang", "vllm", "other"
@@ -107,23 +108,30 @@ class PreflightResult:
 
 
 async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], dict[str, Any]],
-                    kinds: dict[str, str], policy: FieldPolicy, *, limit_s: float = 120.0) -> list[PreflightResult]:
+                    kinds: dict[str, str], policy: FieldPolicy, *, limit_s: float = 120.0,
+                    require_ids: bool = False) -> list[PreflightResult]:
     """One real request per endpoint; a refusal (4xx) stops the run with a ConfigError naming the fields.
 
     Endpoints that cannot be reached now are left to the dispatcher's health checks (they join when up);
-    a 4xx means the payload itself is wrong, which no retry can mend.
+    a 4xx means the payload itself is wrong, which no retry can mend. `require_ids` (--token-ids on): an
+    answer without token ids stops the run too. A non-streaming endpoint (client.fleet.token_ids) gets its
+    request without streaming.
     """
 
     async def one(endpoint: Endpoint) -> PreflightResult:
         payload = build(endpoint)
         payload["max_tokens"] = 1
+        body = orjson.dumps(payload)
         try:
             async with asyncio.timeout(limit_s):
-                await endpoint.stream_chat(orjson.dumps(payload))
+                completion, _ = await (endpoint.complete_chat(body, limit_s) if endpoint.nonstreaming
+                                       else endpoint.stream_chat(body))
         except RequestRejected as exc:
             raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc) from None
         except (AttemptError, TimeoutError):
             return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=False)
+        if require_ids and not completion.completion_token_ids:
+            raise no_ids_refusal(endpoint.url, kinds.get(endpoint.url, OTHER))
         return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=True)
 
     return list(await asyncio.gather(*(one(endpoint) for endpoint in endpoints)))

@@ -18,6 +18,7 @@ from client.core.options import (
 from client.core.payload import SamplingSettings
 from client.fleet.options import add_network_options
 from client.fleet.preflight import COMPAT_CHOICES
+from client.fleet.token_ids import TOKEN_IDS_CHOICES
 
 T = TypeVar("T")
 
@@ -162,6 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
                                "accept; any other server: none). openai: standard fields only. sglang / vllm: "
                                "that engine's set, whatever the servers say. A one-token preflight request per "
                                "server proves the choice before any prompt is sent (default: %(default)s)")
+
+    sampling.add_argument("--token-ids", choices=TOKEN_IDS_CHOICES, default="auto",
+                          help="record the exact token ids the servers generated (prompt_token_ids, "
+                               "completion_token_ids). on: every server must give them, else the preflight "
+                               "stops the run (exit 2); vLLM streams them, SGLang gives them only without "
+                               "streaming, so its requests go with stream: false, a per-request deadline from "
+                               "max_tokens replaces --idle-timeout, and each record also gets SGLang's MTP "
+                               "figures (spec) and cached tokens. off: never ask. auto: ids where they come "
+                               "with streaming (vLLM), none on SGLang (default: %(default)s)")
 
     turns = parser.add_argument_group("conversations")
     turns.add_argument("--turns", choices=("last", "all"), default="last",

@@ -146,7 +146,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
                                               fields=policy.extensions))
 
         policy = await settle_fields(endpoints, settings, model=model, compat=args.compat,
-                                     prompt_paths=prompt_paths, before_preflight=check_settings)
+                                     prompt_paths=prompt_paths, before_preflight=check_settings,
+                                     token_ids=args.token_ids)
         await gate.record(prompt_paths)
         say(f"model {model} on {len(endpoints)} endpoint(s); thinking {'on' if settings.enable_thinking else 'off'}, "
             f"max_tokens {settings.max_tokens}, turns {args.turns}")

@@ -37,6 +37,8 @@ def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]]
         record["prompt_token_ids"] = completion.prompt_token_ids
     if completion.completion_token_ids is not None:
         record["completion_token_ids"] = completion.completion_token_ids
+    if completion.spec is not None:
+        record["spec"] = completion.spec
     if conversation is not None:
         record["conversation_id"], record["turn"] = conversation
     if diverged is not None:

@@ -2,7 +2,8 @@
 
 Retries follow the error class (client.core.errors): connection errors, 5xx, 429 (honouring Retry-After), a
 dropped, stalled or error-event stream are tried again on any healthy endpoint, preferring another one;
-4xx is permanent. A stop request ends the wait between attempts at once.
+4xx is permanent. A non-streaming request (--token-ids on, SGLang) past its deadline (client.run.deadline)
+counts as a stalled stream. A stop request ends the wait between attempts at once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
+from client.run.deadline import DecodeDeadline
 from client.run.rate import RequestRate
+from client.wire.complete import as_nonstreaming
 from client.wire.endpoint import Endpoint
 
 
@@ -67,6 +70,8 @@ class Generator:
         self.policy = policy or FieldPolicy.everything()
         # --max-requests-per-second: a hosted endpoint's agreed request rate, retries included.
         self.rate = rate
+        # Non-streaming requests (--token-ids on, SGLang): a deadline from max_tokens and the measured rate.
+        self.deadline = DecodeDeadline()
         self.retry = retry
         self.stopping = stopping
         self._backoff = wait_exponential_jitter(initial=retry.initial_backoff_s, max=retry.max_backoff_s,
@@ -127,7 +132,14 @@ class Generator:
         payload = build_payload(prompt, messages, self.settings, model=self.model,
                                 return_token_ids=endpoint.supports_token_ids, policy=self.policy)
         try:
-            result = await endpoint.stream_chat(orjson.dumps(payload))
+            if endpoint.nonstreaming:
+                started = time.monotonic()
+                body = orjson.dumps(as_nonstreaming(payload, details=endpoint.sglang_details))
+                result = await endpoint.complete_chat(
+                    body, self.deadline.deadline(self.settings.max_tokens, endpoint.idle_timeout))
+                self.deadline.observe(result[0].completion_tokens, time.monotonic() - started)
+            else:
+                result = await endpoint.stream_chat(orjson.dumps(payload))
         except AttemptError as exc:
             self.stats.record_error(endpoint.counters, exc.kind, str(exc))
             await self.dispatcher.report_failure(endpoint, exc)

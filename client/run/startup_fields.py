@@ -16,8 +16,10 @@ from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
 from client.fleet.dispatcher import UP
 from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
+from client.fleet.token_ids import configure, describe, effective_kind, ids_policy
 from client.local.prompt_files import prompt_lines
 from client.run.console import say
+from client.wire.complete import as_nonstreaming
 from client.wire.endpoint import Endpoint
 
 # How far into the prompt set to look for a tool schema, so the preflight carries `tools` when the run will.
@@ -43,17 +45,24 @@ def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
 
 async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSettings, *, model: str, compat: str,
                         prompt_paths: Sequence[Path],
-                        before_preflight: Callable[[FieldPolicy], Awaitable[None]] | None = None) -> FieldPolicy:
-    """Kinds -> policy -> preflight. Raises ConfigError (exit 2) on a refusal, before any prompt is sent.
-    `before_preflight` sees the settled policy before any request is sent (the run's settings check)."""
+                        before_preflight: Callable[[FieldPolicy], Awaitable[None]] | None = None,
+                        token_ids: str = "auto") -> FieldPolicy:
+    """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight. Raises ConfigError (exit 2) on a
+    refusal, before any prompt is sent. `before_preflight` sees the settled policy before any request is
+    sent (the run's settings check)."""
     answering = [e for e in endpoints if e.counters.state == UP]
     kinds = dict(zip((e.url for e in answering),
                      await asyncio.gather(*(detect_kind(e) for e in answering)), strict=True))
     policy = field_policy(compat, list(kinds.values()))
+    effective = {e.url: effective_kind(kinds.get(e.url), compat, policy) for e in endpoints}
+    policy = ids_policy(policy, token_ids, {url: effective[url] for url in kinds})
+    for endpoint in endpoints:
+        configure(endpoint, effective[endpoint.url], token_ids, policy)
     check_settings_fit(settings, policy)
     census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
     extensions = ", ".join(sorted(policy.extensions)) or "none"
     say(f"servers: {census or 'none answering yet'}; --compat {compat}: extension fields sent: {extensions}")
+    say(describe(token_ids, list(endpoints)))
     if before_preflight is not None:
         await before_preflight(policy)
     tools = await asyncio.to_thread(first_tools, list(prompt_paths))
@@ -61,10 +70,11 @@ async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSetting
                    meta=None, source="preflight", line=0)
 
     def build(endpoint: Endpoint) -> dict[str, Any]:
-        return build_payload(probe, probe.messages, settings, model=model,
-                             return_token_ids=endpoint.supports_token_ids, policy=policy)
+        payload = build_payload(probe, probe.messages, settings, model=model,
+                                return_token_ids=endpoint.supports_token_ids, policy=policy)
+        return as_nonstreaming(payload, details=endpoint.sglang_details) if endpoint.nonstreaming else payload
 
-    results = await preflight(answering, build, kinds, policy)
+    results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
     passed = sum(result.ok for result in results)
     say(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
     return policy

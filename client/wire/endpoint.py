@@ -1,4 +1,5 @@
-"""One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path),
+"""One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path)
+and non-streaming ones (client.wire.complete),
 model list, health and load documents (over httpx), and the aborting of its streams when it goes down.
 
 Both kinds of request share one `Route` (TLS context and proxy decision, client.wire.connect) and one
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -24,12 +26,14 @@ from client.core.errors import (
 )
 from client.core.records import Completion
 from client.core.stats import EndpointCounters
+from client.wire.complete import complete_chat
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.sse import StreamParser
 from client.wire.transport import StreamingTransport
 from client.wire.urls import ServerURL
 
 CHAT_PATH = "/v1/chat/completions"
+T = TypeVar("T")
 
 
 class Endpoint:
@@ -56,6 +60,9 @@ class Endpoint:
         self.max_in_flight = max_in_flight
         counters.max_in_flight = max_in_flight
         self.supports_token_ids = False
+        # --token-ids (client.fleet.token_ids): ids by non-streaming requests (SGLang), and SGLang's detail fields.
+        self.nonstreaming = False
+        self.sglang_details = False
         self.idle_timeout = idle_timeout
         self.last_error: AttemptError | None = None  # why the last health check got no answer
         headers = {"content-type": "application/json", "user-agent": "regen-swarm", "accept-encoding": "identity"}
@@ -145,11 +152,22 @@ class Endpoint:
 
         Raises an AttemptError subclass for every failure, so the retry policy sees one error tree.
         """
+        return await self._abortable(self._stream_chat(body))
+
+    async def complete_chat(self, body: bytes, deadline_s: float) -> tuple[Completion, float | None]:
+        """POST one non-streaming chat completion (client.wire.complete); no time to first token exists."""
+        return await self._abortable(self._complete_chat(body, deadline_s))
+
+    async def _complete_chat(self, body: bytes, deadline_s: float) -> tuple[Completion, float | None]:
+        return await complete_chat(self._stream, CHAT_PATH, body, deadline_s=deadline_s, where=self.url), None
+
+    async def _abortable(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run one request so that `abort_streams` can end it as a retryable StreamDropped."""
         task = asyncio.current_task()
         assert task is not None
         self._streams.add(task)
         try:
-            return await self._stream_chat(body)
+            return await work
         except asyncio.CancelledError:
             reason = self._aborted.pop(task, None)
             # Only our own abort becomes a retryable error; a shutdown's cancel still propagates.

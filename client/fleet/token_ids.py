@@ -1,0 +1,85 @@
+"""`--token-ids on|off|auto`: how each server gives the exact token ids of what it generated, if it can.
+
+- vLLM streams them (`return_token_ids: true` on a streaming chat request): the run keeps streaming.
+- SGLang gives them only without streaming (`return_token_ids` with `stream: true` is an HTTP 400 in
+  0.5.23's `serving_chat.py`): with `on`, its requests go with `stream: false` (client.wire.complete),
+  and also ask for SGLang's per-request MTP and prefix-cache figures (`return_spec_tokens_details`,
+  `return_cached_tokens_details`).
+- Any other server gives none: `on` refuses to start rather than run without them.
+
+`auto` takes the ids where they cost nothing (vLLM, streaming) and keeps SGLang streaming, with live token
+counts, time to first token and stall detection; the README gives the measurement behind this choice.
+The preflight request proves `on`: a server that answers it without ids stops the run (exit 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from client.core.errors import ConfigError
+from client.core.payload import FieldPolicy
+from client.wire.endpoint import Endpoint
+
+TOKEN_IDS_CHOICES = ("auto", "on", "off")
+_FIELD = "return_token_ids"
+_SGLANG, _VLLM = "sglang", "vllm"
+
+
+def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> str:
+    """The kind whose id path a server takes: `--compat sglang|vllm` is the user's word for every server;
+    a server not detected (down at start) is taken to be the run's kind."""
+    if compat in (_SGLANG, _VLLM):
+        return compat
+    if detected is not None:
+        return detected
+    return policy.name if policy.name in (_SGLANG, _VLLM) else "other"
+
+
+def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> FieldPolicy:
+    """The field policy with `return_token_ids` as `--token-ids` wants it; ConfigError when `on` cannot be had.
+
+    `kinds`: endpoint URL -> effective kind.
+    """
+    if mode == "off":
+        return FieldPolicy(policy.extensions - {_FIELD}, policy.name)
+    if mode == "auto":
+        return policy
+    without = sorted(url for url, kind in kinds.items() if kind not in (_SGLANG, _VLLM))
+    if without:
+        raise ConfigError(f"--token-ids on: {', '.join(without)} is neither SGLang nor vLLM (as detected from "
+                          "/v1/models owned_by and /server_info), and no other server kind returns the token ids "
+                          "it generated. Leave those endpoints out, pass --compat sglang|vllm if they are one, or "
+                          "use --token-ids auto (ids where a server gives them) or off.")
+    if policy.name == "openai":
+        raise ConfigError("--token-ids on needs the return_token_ids field, and --compat openai sends standard "
+                          "OpenAI fields only; pass --compat auto (or sglang / vllm), or --token-ids off.")
+    return FieldPolicy(policy.extensions | {_FIELD}, policy.name)
+
+
+def configure(endpoint: Endpoint, kind: str, mode: str, policy: FieldPolicy) -> None:
+    """Set how this endpoint's requests ask for ids: streaming with ids (vLLM), non-streaming (SGLang, `on`)."""
+    wants_ids = policy.allows(_FIELD) and mode != "off"
+    endpoint.nonstreaming = wants_ids and kind == _SGLANG and mode == "on"
+    endpoint.sglang_details = endpoint.nonstreaming
+    endpoint.supports_token_ids = wants_ids and (kind == _VLLM or endpoint.nonstreaming)
+
+
+def describe(mode: str, endpoints: list[Endpoint]) -> str:
+    """One line for the start-up log: where the ids come from."""
+    streaming = sum(e.supports_token_ids and not e.nonstreaming for e in endpoints)
+    nonstreaming = sum(e.nonstreaming for e in endpoints)
+    none = len(endpoints) - streaming - nonstreaming
+    parts = [f"{streaming} streaming with ids"] if streaming else []
+    if nonstreaming:
+        parts.append(f"{nonstreaming} non-streaming with ids (SGLang: no time to first token; a per-request "
+                     "deadline replaces stall detection)")
+    if none:
+        parts.append(f"{none} streaming without ids")
+    return f"--token-ids {mode}: " + "; ".join(parts)
+
+
+def no_ids_refusal(url: str, kind: str) -> ConfigError:
+    return ConfigError(f"--token-ids on: {url} (server kind: {kind}) answered the preflight request without token "
+                       "ids (no choices[0].token_ids), so the run would have no exact ids; nothing was sent. Use a "
+                       "server that returns them (SGLang 0.5.23 or later without streaming, vLLM with "
+                       "return_token_ids), or --token-ids auto / off to run without them.")

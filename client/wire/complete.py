@@ -1,0 +1,146 @@
+"""Non-streaming chat completions: one POST with `stream: false`, its JSON body -> a `Completion`.
+
+This is how exact token ids come from SGLang: its chat endpoint answers `return_token_ids: true` only
+when the request does not stream (it refuses the pair with HTTP 400, `serving_chat.py`). The body is a
+`ChatCompletionResponse` (SGLang 0.5.23 `protocol.py`): `choices[0].message` with `content`,
+`reasoning_content` (vLLM: `reasoning`) and `tool_calls`; `choices[0].token_ids` and
+`choices[0].prompt_token_ids` when asked for (vLLM puts `prompt_token_ids` on the response itself);
+`usage`, whose `prompt_tokens_details.cached_tokens` is the prefix-cache hit where the server reports it;
+and `sglext`, SGLang's extension object, with `spec_tokens_details` (`return_spec_tokens_details`: the
+request's MTP accept length, accept rate, verify steps and draft counts) and `cached_tokens_details`
+(`return_cached_tokens_details`: cached tokens by tier: device, host, storage).
+
+The request goes over the streaming transport (client.wire.transport), so a non-streaming request shares
+its connections, TLS, proxies and error mapping. Nothing arrives until the reply is whole, so there is no
+idle timeout to speak of: the caller gives a deadline for the whole request instead (client.run.deadline),
+and a request past it fails as StreamStalled, which is retried like a stalled stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from client.core.errors import StreamDropped, StreamErrorEvent, StreamStalled, error_for_status, map_json_error
+from client.core.records import Completion, Spec, ToolCall, Usage
+from client.wire.transport import StreamingTransport
+
+# SGLang's per-request extension fields: the MTP figures and the cache tiers (SGLang 0.5.23 `protocol.py`,
+# ChatCompletionRequest). They change nothing in the reply, so they are not part of the recorded sampling.
+SGLANG_DETAIL_FIELDS = ("return_spec_tokens_details", "return_cached_tokens_details")
+
+
+def as_nonstreaming(payload: dict[str, Any], *, details: bool) -> dict[str, Any]:
+    """The run's streaming payload (client.core.payload.build_payload) turned into its non-streaming form:
+    `stream: false`, no `stream_options`, and (SGLang only, `details`) the detail fields."""
+    out = {key: value for key, value in payload.items() if key != "stream_options"}
+    out["stream"] = False
+    if details:
+        for name in SGLANG_DETAIL_FIELDS:
+            out[name] = True
+    return out
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ids(value: object) -> list[int] | None:
+    if isinstance(value, list) and all(_int(item) is not None for item in value):
+        return value
+    return None
+
+
+def spec_from(details: object) -> Spec | None:
+    """SGLang's `sglext.spec_tokens_details` (one object for n=1) -> the record's `spec` object."""
+    if isinstance(details, list):
+        details = details[0] if details else None
+    if not isinstance(details, dict):
+        return None
+    spec: Spec = {}
+    for ours, theirs in (("accept_length", "spec_accept_length"), ("accept_rate", "spec_accept_rate")):
+        value = details.get(theirs)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            spec[ours] = float(value)  # type: ignore[literal-required]
+    for ours, theirs in (("verify_ct", "spec_verify_ct"), ("draft_tokens", "spec_num_proposed_drafts"),
+                         ("accepted_tokens", "spec_num_correct_drafts")):
+        number = _int(details.get(theirs))
+        if number is not None:
+            spec[ours] = number  # type: ignore[literal-required]
+    histogram = _ids(details.get("spec_correct_drafts_histogram"))
+    if histogram:
+        spec["accepted_histogram"] = histogram
+    return spec or None
+
+
+def _cached_tokens(usage: Usage, sglext: dict[str, Any]) -> None:
+    """Fill `usage.prompt_tokens_details.cached_tokens` from the cache tiers when only those came."""
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and _int(details.get("cached_tokens")) is not None:
+        return
+    tiers = sglext.get("cached_tokens_details")
+    if isinstance(tiers, dict):
+        total = sum(_int(tiers.get(tier)) or 0 for tier in ("device", "host", "storage"))
+        usage["prompt_tokens_details"] = {**(details if isinstance(details, dict) else {}), "cached_tokens": total}
+
+
+def parse_completion(body: bytes, where: str, content_type: str | None = None) -> Completion:
+    """A non-streaming chat.completion body -> Completion; an AttemptError when it is not one."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise map_json_error(exc, where, content_type, body) from exc
+    if not isinstance(obj, dict):
+        raise StreamDropped(f"{where} answered 200 with JSON that is not an object: {body[:200]!r}")
+    if "error" in obj and not obj.get("choices"):
+        error = obj["error"]
+        text = error.get("message") if isinstance(error, dict) else error
+        raise StreamErrorEvent(f"error in the answer: {text}")
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise StreamDropped(f"{where} answered 200 without choices: {body[:200]!r}")
+    choice = choices[0]
+    found = choice.get("message")
+    message: dict[str, Any] = found if isinstance(found, dict) else {}
+    calls = [
+        ToolCall(id=str(call.get("id") or ""), name=str((call.get("function") or {}).get("name") or ""),
+                 arguments=str((call.get("function") or {}).get("arguments") or ""))
+        for call in message.get("tool_calls") or [] if isinstance(call, dict)
+    ]
+    finish = choice.get("finish_reason")
+    if not isinstance(finish, str) or not finish:
+        raise StreamDropped(f"{where} answered without a finish_reason")
+    usage: Usage = obj["usage"] if isinstance(obj.get("usage"), dict) else {}
+    extension = obj.get("sglext")
+    sglext: dict[str, Any] = extension if isinstance(extension, dict) else {}
+    _cached_tokens(usage, sglext)
+    model = obj.get("model")
+    return Completion(
+        reasoning=str(message.get("reasoning_content") or message.get("reasoning") or ""),
+        content=str(message.get("content") or ""),
+        tool_calls=tuple(calls),
+        finish_reason=finish,
+        usage=usage,
+        model=model if isinstance(model, str) else None,
+        prompt_token_ids=_ids(choice.get("prompt_token_ids")) or _ids(obj.get("prompt_token_ids")),
+        completion_token_ids=_ids(choice.get("token_ids")),
+        spec=spec_from(sglext.get("spec_tokens_details")),
+    )
+
+
+async def complete_chat(transport: StreamingTransport, path: str, body: bytes, *, deadline_s: float,
+                        where: str) -> Completion:
+    """POST one non-streaming chat completion; StreamStalled when no whole answer came within `deadline_s`."""
+    parts: list[bytes] = []
+    try:
+        async with asyncio.timeout(deadline_s):
+            # The idle timer must not fire before the deadline: nothing arrives until the answer is whole.
+            response = await transport.post(path, body, parts.append, idle_timeout=deadline_s + 5.0)
+    except TimeoutError:
+        raise StreamStalled(f"no answer from {where} within {deadline_s:.0f}s, the deadline for this request's "
+                            "max_tokens at the measured decode rate") from None
+    if response.status != 200:
+        raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+    return parse_completion(b"".join(parts), where, response.headers.get("content-type"))
