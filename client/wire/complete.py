@@ -34,12 +34,15 @@ SGLANG_DETAIL_FIELDS = ("return_spec_tokens_details", "return_cached_tokens_deta
 
 def as_nonstreaming(payload: dict[str, Any], *, details: bool) -> dict[str, Any]:
     """The run's streaming payload (client.core.payload.build_payload) turned into its non-streaming form:
-    `stream: false`, no `stream_options`, and (SGLang only, `details`) the detail fields."""
+    `stream: false`, no `stream_options`, and (SGLang only, `details`) the detail fields and, with
+    `return_token_ids`, `return_prompt_token_ids`."""
     out = {key: value for key, value in payload.items() if key != "stream_options"}
     out["stream"] = False
     if details:
         for name in SGLANG_DETAIL_FIELDS:
             out[name] = True
+        if out.get("return_token_ids"):
+            out["return_prompt_token_ids"] = True  # SGLang fills choices[0].prompt_token_ids on this flag
     return out
 
 

@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="delta/message field of the reasoning text; 'reasoning' is vLLM's (default: %(default)s)")
     g.add_argument("--omit-done", action="store_true", help="never send data: [DONE]")
     g.add_argument("--omit-nulls", action="store_true", help="drop null fields from stream chunks")
+    g.add_argument("--tokenizer", metavar="DIR",
+                   help="tokenizer.json + tokenizer_config.json (with the chat template): non-streaming replies "
+                        "then carry token_ids / prompt_token_ids on return_token_ids (default: no ids)")
 
     g = p.add_argument_group("fault injection (rates in [0, 1], per request)")
     g.add_argument("--fail-500", type=_rate, default=f.fail_500, help="HTTP 500 before streaming")
@@ -119,7 +122,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
         random_chunk=a.random_chunk, max_total_tokens=a.max_total_tokens, startup_delay=a.startup_delay,
         mean_tokens=a.mean_tokens, max_gen_tokens=a.max_gen_tokens, tool_call_rate=a.tool_call_rate,
         reasoning_field=a.reasoning_field, omit_done=a.omit_done, omit_nulls=a.omit_nulls,
-        strict_model=a.strict_model, faults=faults, log_level=a.log_level,
+        strict_model=a.strict_model, faults=faults, log_level=a.log_level, tokenizer=a.tokenizer,
     )
 
 

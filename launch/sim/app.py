@@ -5,6 +5,8 @@ are flat `ErrorResponse` objects with HTTP 400 for bad requests. Like SGLang, a 
 out only with its first generated token, so time in the queue shows up as time to first byte. With
 `stream_options.continuous_usage_stats`, every chunk carries the running usage, as SGLang's
 `_generate_stream_content` attaches `UsageProcessor.calculate_token_usage(...)` to each chunk.
+A non-streaming reply carries token ids, MTP and cache details as asked, in the shapes of SGLang
+0.5.23's `protocol.py` and `serving_chat.py` (launch.sim.tokens cites them field by field).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -24,6 +27,7 @@ from launch.sim.config import CONTEXT_LENGTH, SimConfig
 from launch.sim.engine import Engine, EngineRequest
 from launch.sim.faults import Fault, FaultInjector, FaultKind
 from launch.sim.script import ReplyCursor, Script, build_script
+from launch.sim.tokens import SimTokenizer, cached_tokens, spec_details
 
 
 class SimState:
@@ -33,6 +37,7 @@ class SimState:
         self.config = config
         self.engine = Engine(config)
         self.faults = FaultInjector(config.faults, config.effective_fault_seed)
+        self.tokenizer = SimTokenizer(Path(config.tokenizer)) if config.tokenizer else None
         self.started = time.monotonic()
 
     @property
@@ -145,7 +150,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     script = build_script(body, _thinking(body), st.config)
     target, finish = script.cut(_max_tokens(body)[0])
     ereq = st.engine.submit(target, script.prompt_tokens)
-    call = _Call(request, st.config, body, script, target, finish, fault, ereq)
+    call = _Call(request, st.config, body, script, target, finish, fault, ereq, st.tokenizer)
     try:
         return await (call.stream() if body.get("stream") else call.complete())
     finally:
@@ -156,8 +161,10 @@ class _Call:
     """One chat request in flight: walks the engine's progress and writes the reply."""
 
     def __init__(self, request: web.Request, config: SimConfig, body: Mapping[str, Any], script: Script,
-                 target: int, finish: str, fault: Fault, ereq: EngineRequest) -> None:
+                 target: int, finish: str, fault: Fault, ereq: EngineRequest,
+                 tokenizer: SimTokenizer | None = None) -> None:
         self.request = request
+        self.tokenizer = tokenizer
         self.config = config
         self.body = body
         self.script = script
@@ -246,7 +253,30 @@ class _Call:
         pieces = self.cursor.advance(self.target)
         body = wire.completion(self.rid, self.created, self.model, self.script, self.target, self.finish,
                                pieces, self.config.reasoning_field)
+        self._extensions(body)
         return _json(body)
+
+    def _extensions(self, body: dict[str, Any]) -> None:
+        """Token ids (with a tokenizer), and SGLang's `sglext` details, as asked (launch.sim.tokens)."""
+        choice, usage, ask = body["choices"][0], body["usage"], self.body.get
+        if self.tokenizer is not None:
+            ids = self.tokenizer.ids(dict(self.body), _thinking(self.body), choice["message"], self.finish)
+            usage.update(prompt_tokens=len(ids.prompt), completion_tokens=len(ids.completion),
+                         total_tokens=len(ids.prompt) + len(ids.completion), reasoning_tokens=ids.reasoning_tokens)
+            usage["completion_tokens_details"] = {"reasoning_tokens": ids.reasoning_tokens}
+            if ask("return_token_ids"):
+                choice["token_ids"] = ids.completion
+            if ask("return_token_ids") or ask("return_prompt_token_ids"):
+                choice["prompt_token_ids"] = ids.prompt
+        sglext: dict[str, Any] = {}
+        if ask("return_cached_tokens_details"):
+            cached = cached_tokens(self.script.text_seed, usage["prompt_tokens"])
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+            sglext["cached_tokens_details"] = {"device": cached, "host": 0}
+        if ask("return_spec_tokens_details"):
+            sglext["spec_tokens_details"] = spec_details(self.script.text_seed, usage["completion_tokens"])
+        if sglext:
+            body["sglext"] = sglext
 
 
 async def health(request: web.Request) -> web.Response:

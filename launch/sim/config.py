@@ -61,6 +61,9 @@ class SimConfig:
     omit_done: bool = False
     omit_nulls: bool = False
     strict_model: bool = False
+    # A tokenizer directory (tokenizer.json + tokenizer_config.json with the chat template): with it, a
+    # non-streaming reply can carry token ids (launch.sim.tokens); without it, return_token_ids is ignored.
+    tokenizer: str | None = None
     faults: FaultRates = FaultRates()
     log_level: str = "info"
 
