@@ -18,6 +18,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from client.audit.accept import render as render_accept
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, mixed_settings, scan_results
 from client.core.errors import ConfigError, InputError
@@ -182,6 +183,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "models": dict(scan.models.most_common()),
         "sampling": [{"sampling": block, "records": count} for block, count in scan.sampling_mix()],
         "endpoints": {url: asdict(mix) for url, mix in sorted(scan.endpoints.items())},
+        "accept_length": scan.accept.summary(),
         "unreadable_examples": [str(b) for b in report.examples],
     }
 
@@ -224,6 +226,7 @@ def render(data: dict[str, Any], console: Console) -> None:
         mix.add_row(url, f"{e['records']:,}", f"{_share(e['tokens'], e['records']):.0f}",
                     f"{_share(e['stubs'], e['records']):.1%}", f"{_share(e['truncated'], e['records']):.1%}")
     console.print(mix)
+    render_accept(data["accept_length"], console)
     shown = (("stub-like", stubs["examples"] if stubs["share"] > 0.01 else []),
              ("invalid tool calls", calls["examples"]), ("unreadable lines", data["unreadable_examples"]))
     for label, examples in shown:

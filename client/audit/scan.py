@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from client.audit.accept import AcceptLengths
 from client.core.ids import id_hash, leading_id
 from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
@@ -73,6 +74,7 @@ class Scan:
     diverged: int = 0
     conversation_events: int = 0
     samplings: Counter[bytes] = field(default_factory=Counter)  # canonical sampling block -> records
+    accept: AcceptLengths = field(default_factory=AcceptLengths)  # MTP accept length, where records carry `spec`
 
     def duplicate_events(self) -> int:
         """Multi-turn events written more than once (extra lines)."""
@@ -128,6 +130,7 @@ class Scan:
         mix.tokens += tokens
         mix.stubs += stub or short
         mix.truncated += finish_name == "length"
+        self.accept.add(record)
         if "diverged" in record:
             self.diverged_field += 1
             self.diverged += bool(record["diverged"])
