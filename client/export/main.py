@@ -25,11 +25,11 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from client.core.errors import ConfigError
 from client.core.ids import id_hash
 from client.core.options import add_s3_endpoint_url, positive_int
-from client.export.render import ChatTokenizer, RenderError, render_record
+from client.export.render import ChatTokenizer, RenderError, has_exact_ids, render_record
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import usage_int
 
-EXIT_OK, EXIT_DROPPED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_NOT_EXACT = 0, 1, 2, 3
 
 SCHEMA = pa.schema([
     ("id", pa.string()),
@@ -52,6 +52,8 @@ exit codes:
   0  every record was exported (apart from those --drop-truncated was asked to drop)
   1  OUT was written, but some records were left out or kept despite a mismatch; the report says which
   2  bad options, unreadable results or tokenizer, or OUT cannot be written
+  3  --require-exact-ids, and some records carry no server token ids (they would be re-rendered); OUT
+     is not written, and the message says how many
 """
 
 
@@ -67,6 +69,7 @@ class ExportReport:
     prompt_mismatch: int = 0
     kept_mismatched: int = 0
     failed: int = 0
+    without_ids: int = 0  # --require-exact-ids: records that would have been re-rendered
     tokens: int = 0
     problems: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
@@ -123,7 +126,9 @@ class _Writer:
 
 
 def export(location: str, tok: ChatTokenizer, out: Path, *, drop_truncated: bool, keep_mismatched: bool,
-           row_group_size: int, s3_endpoint_url: str | None = None) -> ExportReport:
+           row_group_size: int, s3_endpoint_url: str | None = None, require_exact: bool = False) -> ExportReport:
+    """`require_exact`: a record without server token ids is counted, not rendered, and OUT is not written
+    when there is any."""
     report = ExportReport()
     seen: set[int] = set()
     part = out.with_name(out.name + ".part")
@@ -141,6 +146,10 @@ def export(location: str, tok: ChatTokenizer, out: Path, *, drop_truncated: bool
             seen.add(key)
             if drop_truncated and record.get("finish_reason") == "length":
                 report.dropped_truncated += 1
+                continue
+            if require_exact and not has_exact_ids(record):
+                report.without_ids += 1
+                report.note("no server token ids", where, "would be re-rendered (--require-exact-ids)")
                 continue
             try:
                 tokens = render_record(record, tok)
@@ -160,7 +169,7 @@ def export(location: str, tok: ChatTokenizer, out: Path, *, drop_truncated: bool
             report.exported += 1
             report.tokens += len(tokens.prompt) + len(tokens.completion)
             writer.add(record["id"], tokens.prompt, tokens.completion)
-        finished = True
+        finished = not report.without_ids
     finally:
         writer.close()
         if finished:
@@ -192,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, metavar="FILE.parquet", help="parquet file to write")
     parser.add_argument("--drop-truncated", action="store_true",
                         help="leave out records cut by max_tokens (finish_reason length)")
+    parser.add_argument("--require-exact-ids", action="store_true",
+                        help="use only the servers' own token ids: fail (exit 3, OUT not written) when any "
+                             "record lacks prompt_token_ids / completion_token_ids and would be re-rendered")
     parser.add_argument("--keep-mismatched", action="store_true",
                         help="keep rows whose token counts differ from the server's (still reported)")
     parser.add_argument("--row-group-size", type=positive_int, default=2048, metavar="N",
@@ -211,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tok = ChatTokenizer.load(args.tokenizer, args.chat_template)
         report = export(args.results, tok, args.out, drop_truncated=args.drop_truncated,
                         keep_mismatched=args.keep_mismatched, row_group_size=args.row_group_size,
-                        s3_endpoint_url=args.s3_endpoint_url)
+                        s3_endpoint_url=args.s3_endpoint_url, require_exact=args.require_exact_ids)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -225,6 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"problems (the first {len(report.examples)} of {total:,}):", file=sys.stderr)
     for example in report.examples:
         print(f"  {example}", file=sys.stderr)
+    if report.without_ids:
+        print(f"error: --require-exact-ids: {report.without_ids:,} of {report.records:,} record(s) carry no server "
+              f"token ids and would be re-rendered; {args.out} was not written. Regenerate them with "
+              "`client.run --token-ids on`, or export without --require-exact-ids (re-rendered rows are checked "
+              "against usage).", file=sys.stderr)
+        return EXIT_NOT_EXACT
     print(f"exported {report.exported:,} of {report.records:,} record(s) to {args.out} ({report.exact:,} from server "
           f"token ids, {report.rendered:,} re-rendered; {report.tokens:,} tokens); dropped as truncated "
           f"{report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, prompt "

@@ -132,11 +132,15 @@ def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def has_exact_ids(record: dict[str, Any]) -> bool:
+    """True when the record carries the server's own prompt and completion ids (used as they are)."""
+    return isinstance(record.get("prompt_token_ids"), list) and isinstance(record.get("completion_token_ids"), list)
+
+
 def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
     """The record's prompt and completion ids: exact when the server sent them, else re-rendered."""
-    prompt_ids, completion_ids = record.get("prompt_token_ids"), record.get("completion_token_ids")
-    if isinstance(prompt_ids, list) and isinstance(completion_ids, list):
-        return Tokens(prompt_ids, completion_ids, exact=True)
+    if has_exact_ids(record):
+        return Tokens(record["prompt_token_ids"], record["completion_token_ids"], exact=True)
     messages = record.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RenderError("the record has no messages")
