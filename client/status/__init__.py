@@ -1,1 +1,1 @@
-"""`python -m client.status`: the totals of a run across every shard and host, read from S3."""
+"""`python -m client.status`: how far a run is, across every shard from S3, or from one local --out."""

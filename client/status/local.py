@@ -1,0 +1,268 @@
+"""The status of a run from its local `--out` directory: the segments, `run.json` and the lock.
+
+It reads every result segment (through `client.results.reader`, which never repairs a live segment)
+for the done ids, the tokens and the records' `created` times; `run.json` for the run's model and
+settings; `failures/` for the ids still failed; and the lock file for whether a client is running on the
+directory now (the holder it names, on this host, with its pid alive). With --prompts it counts the total
+(the shard's, when the segments all carry one shard K/N with N > 1), what remains and the ETA from the
+rate over the last hour (the records whose `created` falls in the last hour, or since the first record
+when that is sooner).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.table import Table
+
+from client.core.durations import format_duration
+from client.core.errors import ConfigError
+from client.local.lock import LOCK_FILE, Holder
+from client.local.run_settings import read_run_file
+from client.results.reader import ReadReport, iter_records, segment_files
+from client.status.fleet import RATE_WINDOW_S, count_prompts
+
+# `<host>-<K>of<N>-<run id>-<seq>`: the run id is `YYYYmmddTHHMMSS-xxxx` (client.local.sink).
+_SEGMENT_SHARD = re.compile(r"-(\d+)of(\d+)-\d{8}T\d{6}-[0-9a-f]{4}-\d+\.jsonl(?:\.gz)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class LockState:
+    """Who the lock file names and whether that client is running now (None: cannot tell from here)."""
+
+    holder: Holder | None
+    live: bool | None
+
+    def describe(self) -> str:
+        if self.holder is None:
+            return "no run is live (the lock is free)"
+        who = self.holder.describe()
+        if self.live is None:
+            return f"the lock names a client on another host ({who}); cannot check it from here"
+        if self.live:
+            return f"a run is live ({who})"
+        return f"no run is live (the lock was left by a client that is gone: {who})"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_state(out: Path) -> LockState:
+    """Read `OUT/.lock` without taking it (taking it, even shared, would turn a client starting at that
+    moment away): an empty file is a lock released cleanly; a named holder on this host is live while its
+    pid is."""
+    try:
+        holder = Holder.parse((out / LOCK_FILE).read_bytes())
+    except FileNotFoundError:
+        holder = None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {out / LOCK_FILE}: {exc.strerror or exc}") from exc
+    if holder is None:
+        return LockState(None, False)
+    if holder.host != socket.gethostname():
+        return LockState(holder, None)
+    return LockState(holder, pid_alive(holder.pid))
+
+
+@dataclass
+class LocalStatus:
+    out: str
+    now: float
+    lock: LockState
+    run: dict[str, Any] | None = None
+    segments: int = 0
+    records: int = 0
+    done_ids: set[str] = field(default_factory=set)
+    failed_ids: set[str] = field(default_factory=set)
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    first_created: float | None = None
+    last_created: float | None = None
+    recent_records: int = 0
+    recent_tokens: int = 0
+    shards: set[str] = field(default_factory=set)
+    torn: int = 0
+    corrupt: int = 0
+    total: int | None = None
+
+    @property
+    def done(self) -> int:
+        return len(self.done_ids)
+
+    @property
+    def failed(self) -> int:
+        return len(self.failed_ids - self.done_ids)
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.total is None else max(0, self.total - self.done)
+
+    @property
+    def window_s(self) -> float:
+        if self.first_created is None:
+            return RATE_WINDOW_S
+        return min(RATE_WINDOW_S, max(1.0, self.now - self.first_created))
+
+    @property
+    def rate(self) -> float:
+        return self.recent_records / self.window_s
+
+    @property
+    def token_rate(self) -> float:
+        return self.recent_tokens / self.window_s
+
+    @property
+    def eta_s(self) -> float | None:
+        remaining = self.remaining
+        if remaining is None:
+            return None
+        if remaining == 0:
+            return 0.0
+        return remaining / self.rate if self.rate > 0 else None
+
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        """The one shard K/N (N > 1) every segment carries, if they do."""
+        if len(self.shards) != 1:
+            return None
+        index, count = (int(x) for x in next(iter(self.shards)).split("/"))
+        return (index, count) if count > 1 else None
+
+
+def _number(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _add_record(status: LocalStatus, record: dict[str, Any]) -> None:
+    status.records += 1
+    status.done_ids.add(record["id"])
+    raw_usage = record.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    tokens = _number(usage.get("completion_tokens"))
+    status.completion_tokens += tokens
+    status.prompt_tokens += _number(usage.get("prompt_tokens"))
+    created = record.get("created")
+    if isinstance(created, (int, float)) and not isinstance(created, bool):
+        status.first_created = created if status.first_created is None else min(status.first_created, created)
+        status.last_created = created if status.last_created is None else max(status.last_created, created)
+        if status.now - created <= RATE_WINDOW_S:
+            status.recent_records += 1
+            status.recent_tokens += tokens
+
+
+def _failed_ids(out: Path) -> set[str]:
+    ids: set[str] = set()
+    for path in sorted((out / "failures").glob("failures-*.jsonl")):
+        try:
+            with path.open("rb") as handle:
+                for raw in handle:
+                    try:
+                        obj = orjson.loads(raw)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if not isinstance(obj, dict) or obj.get("error_class") == "too_long":
+                        continue
+                    if isinstance(obj.get("id"), str):
+                        ids.add(obj["id"])
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return ids
+
+
+def read_local(out: Path, prompt_paths: Sequence[Path], *, now: float) -> LocalStatus:
+    """Everything `client.status --out` shows. ConfigError when `out` is not a run's directory."""
+    if not out.is_dir():
+        raise ConfigError(f"--out {out}: no such directory")
+    run = read_run_file(out)
+    has_segments = (out / "segments").is_dir() and any((out / "segments").glob("*.jsonl*"))
+    if run is None and not has_segments and not (out / LOCK_FILE).exists():
+        raise ConfigError(f"--out {out}: not a run's directory (no run.json, segments/ or lock file); give the "
+                          "--out a client.run wrote to")
+    status = LocalStatus(str(out), now, lock_state(out))
+    if run is not None:
+        status.run = {"run": run.run, "created": run.created, "settings": run.settings,
+                      "prompts": [p.path for p in run.prompts], "changes": len(run.history)}
+    if has_segments:
+        files = segment_files(out)
+        status.segments = len(files)
+        for path in files:
+            match = _SEGMENT_SHARD.search(path.name)
+            if match:
+                status.shards.add(f"{match.group(1)}/{match.group(2)}")
+        report = ReadReport()
+        for _, record in iter_records(str(out), report):
+            _add_record(status, record)
+        status.torn, status.corrupt = report.torn_tails, report.corrupt
+    status.failed_ids = _failed_ids(out)
+    if prompt_paths:
+        shard = status.shard
+        total, per = count_prompts(prompt_paths, {shard[1]} if shard else set())
+        status.total = per[shard[1]][shard[0]] if shard else total
+    return status
+
+
+def as_json(status: LocalStatus) -> dict[str, Any]:
+    return {
+        "out": status.out,
+        "live": status.lock.live,
+        "lock": status.lock.describe(),
+        "holder": None if status.lock.holder is None else {"host": status.lock.holder.host,
+                                                           "pid": status.lock.holder.pid,
+                                                           "started": status.lock.holder.started},
+        "run": status.run,
+        "shard": None if status.shard is None else f"{status.shard[0]}/{status.shard[1]}",
+        "segments": status.segments, "records": status.records, "done": status.done, "failed": status.failed,
+        "completion_tokens": status.completion_tokens, "prompt_tokens": status.prompt_tokens,
+        "prompts": status.total, "remaining": status.remaining,
+        "first_created": status.first_created, "last_created": status.last_created,
+        "rate_window_s": round(status.window_s, 1), "records_in_window": status.recent_records,
+        "rate_per_s": round(status.rate, 4), "tokens_per_s": round(status.token_rate, 1), "eta_s": status.eta_s,
+        "torn_tails": status.torn, "corrupt_lines": status.corrupt,
+    }
+
+
+def render(status: LocalStatus) -> Table:
+    table = Table(title=f"{status.out}", header_style="bold", show_edge=False, show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("run", status.lock.describe())
+    if status.run is not None:
+        settings = status.run["settings"]
+        model = settings.get("model", "?") if isinstance(settings, dict) else "?"
+        table.add_row("run.json", f"model {model}, run {status.run['run'] or '?'}, "
+                                  f"{status.run['changes']} recorded change(s)")
+    if status.shard is not None:
+        table.add_row("shard", f"{status.shard[0]}/{status.shard[1]}")
+    total = "?" if status.total is None else f"{status.total:,}"
+    percent = "" if not status.total else f" ({100.0 * status.done / status.total:.1f}%)"
+    table.add_row("done", f"{status.done:,} / {total}{percent} in {status.segments} segment(s)")
+    if status.failed:
+        table.add_row("failed", f"{status.failed:,} (sent again by the next run)")
+    table.add_row("tokens", f"{status.completion_tokens:,} completion, {status.prompt_tokens:,} prompt")
+    window = format_duration(status.window_s)
+    table.add_row("rate", f"{status.rate * 3600:,.0f} records/h, {status.token_rate:,.0f} tok/s (last {window})")
+    if status.last_created is not None:
+        table.add_row("last record", f"{format_duration(max(0.0, status.now - status.last_created))} ago")
+    eta = status.eta_s
+    if eta is None:
+        eta_text = "? (give --prompts)" if status.total is None else "? (no record in the last hour)"
+    else:
+        eta_text = "done" if eta == 0 else format_duration(eta)
+    table.add_row("ETA", eta_text)
+    if status.torn or status.corrupt:
+        table.add_row("unread", f"{status.torn} torn last line(s), {status.corrupt} unreadable line(s)")
+    return table

@@ -1,0 +1,133 @@
+"""`client.status --s3`: per shard host, last manifest update, done, rate, stale and complete shards, the
+fleet total with its ETA, and exit 3 naming a stale shard. The summary is pure (table-driven here on
+manifests built in memory); the exit code is checked end to end against a real run in a real S3 server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from client.s3.manifest import Manifest, SegmentEntry, manifest_key
+from client.status.fleet import summarize
+from launch.sim.fleet import SimServerSpec
+from tests.conftest import REPO, make_prompts, run_client
+from tests.s3_server import BUCKET, S3Server
+
+NOW = 1_800_000_000.0
+
+
+def segment(name: str, records: int, uploaded: float) -> SegmentEntry:
+    return SegmentEntry(name=name, key=f"segments/{name}.jsonl", ids_key=f"segments/{name}.ids.gz", records=records,
+                        completion_tokens=records * 100, bytes=records * 1000, stored_bytes=records * 1000,
+                        gzip=False, sha256="0" * 64, etag="e", ids_sha256="", uploaded=uploaded)
+
+
+def manifest(shard: str, host: str, state: str, *, updated_ago: float, sync: float = 60.0,
+             records: tuple[tuple[int, float], ...] = (), started_ago: float = 7200.0, failed: int = 0) -> Manifest:
+    label = shard.replace("/", "of")
+    m = Manifest(writer=f"{host}-{label}", host=host, shard=shard, state=state, sync_interval_s=sync,
+                 started=NOW - started_ago, updated=NOW - updated_ago, failed=failed)
+    for i, (count, ago) in enumerate(records):
+        m.segments[f"{host}-{label}-{i}"] = segment(f"{host}-{label}-{i}", count, NOW - ago)
+    return m
+
+
+# (case, manifests, stale shards, complete shards, missing shards)
+CASES: list[tuple[str, list[Manifest], list[str], list[str], list[str]]] = [
+    ("fresh running shard", [manifest("0/1", "a", "running", updated_ago=30)], [], [], []),
+    ("running, just under 3 intervals + a minute",
+     [manifest("0/1", "a", "running", updated_ago=3 * 60 + 59)], [], [], []),
+    ("running, over 3 intervals + a minute", [manifest("0/1", "a", "running", updated_ago=3 * 60 + 61)],
+     ["0/1"], [], []),
+    ("stopped long ago is not stale", [manifest("0/1", "a", "stopped", updated_ago=86400)], [], [], []),
+    ("finished without failures is complete", [manifest("0/1", "a", "finished", updated_ago=86400)], [], ["0/1"],
+     []),
+    ("finished with failures is not complete", [manifest("0/1", "a", "finished", updated_ago=10, failed=2)], [], [],
+     []),
+    ("a dead writer superseded by a newer one on another host",
+     [manifest("1/2", "a", "running", updated_ago=7200), manifest("1/2", "b", "finished", updated_ago=5),
+      manifest("0/2", "c", "finished", updated_ago=5)], [], ["0/2", "1/2"], []),
+    ("a newer writer that died makes the shard stale",
+     [manifest("1/2", "a", "finished", updated_ago=7200), manifest("1/2", "b", "running", updated_ago=3600),
+      manifest("0/2", "c", "running", updated_ago=5)], ["1/2"], [], []),
+    ("a shard no manifest names", [manifest("0/3", "a", "running", updated_ago=5),
+                                   manifest("2/3", "a", "running", updated_ago=5)], [], [], ["1/3"]),
+]
+
+
+@pytest.mark.parametrize(("manifests", "stale", "complete", "missing"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_summarize(manifests: list[Manifest], stale: list[str], complete: list[str], missing: list[str]) -> None:
+    status = summarize(manifests, None, now=NOW)
+    assert [r.shard for r in status.stale()] == stale
+    assert [r.shard for r in status.rows if r.complete()] == complete
+    assert status.missing == missing
+
+
+def test_rate_eta_and_completeness_with_prompts() -> None:
+    manifests = [
+        # 360 records in the last hour (and 1,000 older ones): 0.1 records/s
+        manifest("0/2", "a", "running", updated_ago=10, records=((1000, 5000), (200, 1800), (160, 60))),
+        # started 10 minutes ago: 120 records over 600 s = 0.2 records/s
+        manifest("1/2", "b", "running", updated_ago=10, records=((120, 30),), started_ago=600),
+    ]
+    prompts = (10_000, {2: Counter({0: 5000, 1: 5000})})
+    status = summarize(manifests, prompts, now=NOW)
+    rates = {r.shard: round(r.rate(NOW), 6) for r in status.rows}
+    assert rates == {"0/2": 0.1, "1/2": 0.2}
+    assert status.done == 1480 and status.remaining == 8520
+    assert status.eta_s == pytest.approx(8520 / 0.3)
+    assert [r.remaining for r in status.rows] == [3640, 4880]
+    assert {r.shard: r.hosts for r in status.rows} == {"0/2": ["a"], "1/2": ["b"]}
+    done = summarize([manifest("0/1", "a", "stopped", updated_ago=10, records=((50, 30),))],
+                     (50, {1: Counter({0: 50})}), now=NOW)
+    assert done.eta_s == 0.0 and done.rows[0].complete(), "nothing remains: complete whatever the state"
+
+
+def status_cli(server: S3Server, prefix: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run([sys.executable, "-m", "client.status", "--s3", f"s3://{BUCKET}/{prefix}",
+                           "--s3-endpoint-url", server.url, "--json", *extra],
+                          cwd=REPO, capture_output=True, timeout=60, check=False)
+    doc: dict[str, Any] = orjson.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, doc, proc.stderr.decode()
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+@pytest.mark.usefixtures("aws_env")
+def test_stale_shard_exits_3_and_names_it(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=("--mean-tokens", "60"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 40)
+    result = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out",
+                         str(tmp_path / "out"), "--shard", "0/2", "--s3", f"s3://{BUCKET}/run",
+                         "--s3-endpoint-url", s3.url, "--sync-interval", "5"])
+    assert result.code == 0, result.stderr[-3000:]
+    code, doc, stderr = status_cli(s3, "run", "--prompts", str(prompts))
+    assert code == 0, stderr
+    assert doc["totals"]["complete_shards"] == 1 and doc["missing_shards"] == ["1/2"]
+    assert doc["shards"][0]["complete"] and doc["shards"][0]["hosts"]
+
+    # Shard 1/2's client died on another node an hour ago without saying so: its manifest says running.
+    dead = Manifest(writer="node7-1of2", host="node7", shard="1/2", state="running", sync_interval_s=60.0,
+                    machine="node7/0", pid=1)
+    blob = orjson.loads(dead.to_json())
+    blob["updated"] -= 3600
+    s3.client().put_object(Bucket=BUCKET, Key=f"run/{manifest_key(dead.writer)}", Body=orjson.dumps(blob))
+    code, doc, stderr = status_cli(s3, "run", "--prompts", str(prompts))
+    assert code == 3, stderr
+    assert doc["totals"]["stale_shards"] == ["1/2"]
+    assert "stale shard 1/2 (host node7)" in stderr and "1h" in stderr
+    code, _, _ = status_cli(s3, "run", "--stale-after", "100")
+    assert code == 0, "the threshold is the caller's"
+
+    table = subprocess.run([sys.executable, "-m", "client.status", "--s3", f"s3://{BUCKET}/run",
+                            "--s3-endpoint-url", s3.url], cwd=REPO, capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert table.returncode == 3
+    assert "stale" in table.stdout and "node7" in table.stdout and "ETA" in table.stdout

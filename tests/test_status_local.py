@@ -1,0 +1,125 @@
+"""`client.status --out`: a run's local directory. During a real run it says the run is live and shows
+done/total, tokens, the rate over the last hour and an ETA; after it, that no run is live and nothing
+remains. The rate window and the lock's holder are checked on directories laid out by hand, and the
+refusals (exit 2) by the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from client.core.ids import shard_of
+from client.status.local import lock_state
+from launch.sim.fleet import SimServerSpec
+from tests.conftest import REPO, client_command, make_prompts, wait_for_records
+
+
+def status(out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run([sys.executable, "-m", "client.status", "--out", str(out), "--json", *extra], cwd=REPO,
+                          capture_output=True, timeout=60, check=False)
+    doc: dict[str, Any] = orjson.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, doc, proc.stderr.decode()
+
+
+@pytest.mark.slow
+def test_live_run_then_finished(tmp_path: Path, fleet_factory: Any) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=4, speed=3.0, extra_args=("--mean-tokens", "60"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 400)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(client_command(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
+                                            "--out", str(out), "--max-in-flight", "4", "--grace", "2"]),
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_records(out, 8, proc=proc)
+        code, doc, stderr = status(out, "--prompts", str(prompts))
+        assert code == 0, stderr
+        assert doc["live"] is True and doc["lock"].startswith("a run is live")
+        assert doc["holder"]["pid"] == proc.pid
+        assert doc["prompts"] == 400 and 8 <= doc["done"] < 400 and doc["remaining"] == 400 - doc["done"]
+        assert doc["completion_tokens"] > 0 and doc["rate_per_s"] > 0 and doc["eta_s"] > 0
+        assert doc["run"]["settings"]["model"], "run.json is read"
+        table = subprocess.run([sys.executable, "-m", "client.status", "--out", str(out), "--prompts", str(prompts)],
+                               cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        assert table.returncode == 0, table.stderr
+        for word in ("a run is live", "done", "/ 400", "tok/s", "ETA"):
+            assert word in table.stdout, table.stdout
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    code, doc, _ = status(out, "--prompts", str(prompts))
+    assert code == 0 and doc["live"] is False and doc["lock"] == "no run is live (the lock is free)"
+    assert doc["done"] < 400 and doc["remaining"] > 0
+
+
+def write_segment(out: Path, name: str, records: list[tuple[str, float, int]]) -> None:
+    (out / "segments").mkdir(parents=True, exist_ok=True)
+    lines = [orjson.dumps({"id": i, "usage": {"prompt_tokens": 10, "completion_tokens": tokens}, "created": created})
+             for i, created, tokens in records]
+    (out / "segments" / name).write_bytes(b"".join(line + b"\n" for line in lines))
+
+
+def test_rate_over_the_last_hour_and_shard_total(tmp_path: Path) -> None:
+    now = time.time()
+    out = tmp_path / "out"
+    # Shard 1 of 2: two records from three hours ago, 36 from the last half hour (one every 50 s).
+    old = [(f"old{i}", now - 3 * 3600 - i, 100) for i in range(2)]
+    recent = [(f"new{i}", now - 1800 + 50 * i, 10) for i in range(36)]
+    write_segment(out, "h-1of2-20260101T000000-abcd-000001.jsonl", old)
+    write_segment(out, "h-1of2-20260101T010000-abcd-000002.jsonl", recent)
+    (out / "segments" / "h-1of2-20260101T010000-abcd-000003.jsonl").write_bytes(b'{"id": "torn", "us')
+    ids = [r[0] for r in old + recent] + [f"other{i}" for i in range(200)]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"id": i, "messages": []}) + b"\n" for i in ids))
+    code, doc, stderr = status(out, "--prompts", str(prompts))
+    assert code == 0, stderr
+    assert doc["shard"] == "1/2" and doc["done"] == 38 and doc["torn_tails"] == 1
+    assert doc["rate_window_s"] == 3600.0 and doc["records_in_window"] == 36
+    assert doc["rate_per_s"] == pytest.approx(0.01) and doc["tokens_per_s"] == pytest.approx(0.1)
+    shard_total = sum(1 for i in ids if shard_of(i, 2) == 1)
+    assert doc["prompts"] == shard_total
+    assert doc["eta_s"] == pytest.approx((shard_total - 38) / 0.01, rel=0.01)
+    assert doc["live"] is False and doc["run"] is None
+
+
+def test_lock_holders(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / ".lock"
+    assert lock_state(out).live is False
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    lock.write_bytes(orjson.dumps({"host": socket.gethostname(), "pid": int(gone.stdout), "started": 1.0}))
+    state = lock_state(out)
+    assert state.live is False and "left by a client that is gone" in state.describe()
+    lock.write_bytes(orjson.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": 1.0}))
+    assert lock_state(out).live is True
+    lock.write_bytes(orjson.dumps({"host": "elsewhere", "pid": 1, "started": 1.0}))
+    state = lock_state(out)
+    assert state.live is None and "another host" in state.describe()
+    lock.write_bytes(b"")
+    assert lock_state(out).describe() == "no run is live (the lock is free)"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--out", "{t}/nope"], "no such directory"),
+    (["--out", "{t}/empty"], "not a run's directory"),
+    (["--out", "{t}/empty", "--s3", "s3://b/p"], "not allowed with argument"),
+    (["--out", "{t}/empty", "--s3-endpoint-url", "http://127.0.0.1:9"], "--s3-endpoint-url goes with --s3"),
+    ([], "one of the arguments --s3 --out is required"),
+])
+def test_refusals_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "client.status", *(a.format(t=tmp_path) for a in args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
