@@ -1,0 +1,152 @@
+"""--token-ids on against the simulated SGLang server: exact ids by non-streaming requests, the MTP and
+cache figures, the audit's accept-length table, the export of an ids run, the preflight refusal, and
+exactly-once through faults and a kill -9 in non-streaming mode. The servers build their ids with the
+tiny Qwen3-style tokenizer of tests/tokenizer_fixture.py; the checks re-render with the same template."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+
+from client.export.render import ChatTokenizer, render_record
+from launch.sim.fleet import SimServerSpec
+from tests.conftest import REPO, client_command, make_prompts, read_failures, read_results, run_client, wait_for_records
+from tests.tokenizer_fixture import tiny_tokenizer_dir
+
+IDS = ("prompt_token_ids", "completion_token_ids")
+
+
+def _sim(*extra: str, tokenizer: bool = True, speed: float = 40.0) -> SimServerSpec:
+    args = ("--mean-tokens", "50", *(("--tokenizer", str(tiny_tokenizer_dir())) if tokenizer else ()), *extra)
+    return SimServerSpec(max_running=8, speed=speed, extra_args=args)
+
+
+def _tool(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> ChatTokenizer:
+    return ChatTokenizer.load(tiny_tokenizer_dir())
+
+
+def test_ids_on_decode_as_the_template_renders_and_export_exactly(tmp_path: Path, fleet_factory: Any,
+                                                                   tokenizer: ChatTokenizer) -> None:
+    fleet = fleet_factory([_sim()])
+    prompts = make_prompts(tmp_path / "p.jsonl", 40, with_tools_every=2)
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(out),
+                         "--token-ids", "on", "--max-tokens", "80", "--max-in-flight", "8"])
+    assert result.code == 0, result.stderr[-3000:]
+    assert "--token-ids on: 1 non-streaming with ids" in result.stderr
+    records = read_results(out)
+    assert len(records) == 40
+    assert any(r["tool_calls"] for r in records), "some replies call tools"
+    assert any(r["finish_reason"] == "length" for r in records), "some replies are cut by max_tokens"
+    for record in records:
+        assert all(isinstance(record.get(name), list) and record[name] for name in IDS), record["id"]
+        assert len(record["completion_token_ids"]) == record["usage"]["completion_tokens"]
+        assert len(record["prompt_token_ids"]) == record["usage"]["prompt_tokens"]
+        # The ids are the template's rendering of the prompt and of reasoning + content + tool calls.
+        rendered = render_record({k: v for k, v in record.items() if k not in IDS}, tokenizer)
+        assert not rendered.exact
+        assert record["prompt_token_ids"] == rendered.prompt, record["id"]
+        assert record["completion_token_ids"] == rendered.completion, record["id"]
+        text = tokenizer.tokenizer.decode(record["completion_token_ids"], skip_special_tokens=False)
+        assert record["reasoning"].strip() in text
+        assert record["content"].strip() in text
+        for call in record["tool_calls"]:
+            assert f'"name": "{call["function"]["name"]}"' in text
+        spec = record["spec"]
+        assert spec["verify_ct"] > 0 and spec["draft_tokens"] == 3 * spec["verify_ct"]
+        assert spec["accept_length"] == pytest.approx(record["usage"]["completion_tokens"] / spec["verify_ct"])
+        assert 0.0 <= spec["accept_rate"] <= 1.0
+        assert isinstance(record["usage"]["prompt_tokens_details"]["cached_tokens"], int)
+        assert record["timings"]["ttft_s"] is None  # no first token is seen without streaming
+
+    audit = _tool("client.audit", str(out))
+    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-2000:]
+    assert "MTP accept length" in audit.stdout
+    table = audit.stdout[audit.stdout.index("MTP accept length"):]
+    assert "│ all " in table and "│ test " in table and "median" in table
+
+    parquet = tmp_path / "train.parquet"
+    export = _tool("client.export", str(out), "--tokenizer", str(tiny_tokenizer_dir()), "--out", str(parquet),
+                   "--require-exact-ids")
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert "(40 from server token ids, 0 re-rendered;" in export.stderr
+    rows = pq.read_table(parquet).to_pylist()
+    completion_tokens = {r["id"]: r["usage"]["completion_tokens"] for r in records}
+    assert {row["id"] for row in rows} == set(completion_tokens)
+    for row in rows:
+        assert sum(row["loss_mask"]) == completion_tokens[row["id"]], row["id"]
+
+
+def test_require_exact_ids_refuses_a_run_without_ids(tmp_path: Path, fleet_factory: Any) -> None:
+    fleet = fleet_factory([_sim()])
+    prompts = make_prompts(tmp_path / "p.jsonl", 12)
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(out),
+                         "--max-tokens", "60"])  # --token-ids auto: SGLang streams, without ids
+    assert result.code == 0, result.stderr[-3000:]
+    assert not any(name in r for r in read_results(out) for name in IDS)
+    parquet = tmp_path / "train.parquet"
+    export = _tool("client.export", str(out), "--tokenizer", str(tiny_tokenizer_dir()), "--out", str(parquet),
+                   "--require-exact-ids")
+    assert export.returncode == 3, export.stderr[-3000:]
+    assert "--require-exact-ids: 12 of 12 record(s) carry no server token ids" in export.stderr
+    assert not parquet.exists() and not parquet.with_name(parquet.name + ".part").exists()
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ((), "answered the preflight request without token ids"),  # a server that ignores return_token_ids
+    (("--compat", "openai"), "--compat openai sends standard OpenAI fields only"),
+])
+def test_preflight_refuses_token_ids_on_without_ids(tmp_path: Path, fleet_factory: Any, extra: tuple[str, ...],
+                                                    words: str) -> None:
+    fleet = fleet_factory([_sim(tokenizer=False)])
+    prompts = make_prompts(tmp_path / "p.jsonl", 5)
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(out),
+                         "--token-ids", "on", *extra])
+    assert result.code == 2, result.stderr[-3000:]
+    assert words in result.stderr
+    assert "Traceback" not in result.stderr
+    assert read_results(out) == []
+
+
+def test_kill_9_and_faults_in_nonstreaming_mode_keep_exactly_once(tmp_path: Path, fleet_factory: Any) -> None:
+    faults = ("--fail-500", "0.04", "--fail-429", "0.04", "--retry-after", "1", "--drop-stream", "0.04",
+              "--error-event", "0.04", "--stall-stream", "0.02", "--stall-seconds", "600")
+    fleet = fleet_factory([_sim(*faults, speed=4.0)] * 2)
+    prompts = make_prompts(tmp_path / "p.jsonl", 80)
+    out = tmp_path / "out"
+    args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out), "--token-ids", "on",
+            "--max-tokens", "40", "--max-in-flight", "8", "--idle-timeout", "2", "--max-attempts", "10",
+            "--segment-age", "1"]
+    proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_records(out, 10, proc=proc, timeout=120)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert 0 < len(read_results(out)) < 80
+    result = run_client(args, timeout=240)
+    if result.code == 1:  # a prompt out of attempts is retried by the next run
+        result = run_client(args, timeout=240)
+    assert result.code == 0, result.stderr[-3000:]
+    records = read_results(out)
+    counts = collections.Counter(r["id"] for r in records)
+    assert counts == collections.Counter(f"p{i:06d}" for i in range(80)), "every id exactly once"
+    assert all(r[name] for r in records for name in IDS)
+    assert sum(r["attempts"] > 1 for r in records) > 0, "faults were injected, so some prompts were retried"
+    failed = {f["id"] for f in read_failures(out)}
+    assert not failed - set(counts)
