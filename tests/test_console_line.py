@@ -22,24 +22,31 @@ def snapshot(**changes: Any) -> StatsSnapshot:
     base: dict[str, Any] = {}
     for field in dataclasses.fields(StatsSnapshot):
         base[field.name] = {"total": None, "eta_s": None, "gpu_hours_projected": None, "sync_lag": "",
-                            "errors_by_kind": {}, "endpoints": ()}.get(field.name, 0)
+                            "errors_by_kind": {}, "endpoints": (), "server_tokens_per_s": None, "cache_hit": None,
+                            "gpu_hours_so_far": None, "expected_tokens_per_prompt": None,
+                            "sync_lag_s": None}.get(field.name, 0)
     return StatsSnapshot(**{**base, **changes})
 
 
 @pytest.mark.parametrize(("changes", "parts"), [
     ({}, ["done 0/? failed 0 in-flight 0", "tok/s 0 (5m 0)", "eta ?", "endpoints 0/0 up"]),
-    ({"total": 100, "done": 40, "failed": 2, "in_flight": 8}, ["done 40/100 failed 2 in-flight 8"]),
+    ({"total": 100, "done": 40, "failed": 2, "in_flight": 8}, ["done 40/100 (40.0%) failed 2 in-flight 8"]),
     ({"tokens_per_s_short": 9_999.0, "tokens_per_s_long": 12_345.0}, ["tok/s 9999 (5m 12.3K)"]),
+    ({"server_tokens_per_s": 13_010.0}, ["(5m 0, servers 13.0K)"]),
+    ({"streamed_tokens": 1_234_567}, ["tokens 1.2M tok/s"]),
+    ({"streamed_tokens": 42_000}, ["tokens 42K tok/s"]),
     ({"eta_s": 3725.0}, ["eta 1h02m"]),
     ({"eta_s": 42.0}, ["eta 42s"]),
-    ({"gpu_hours_projected": 12.345}, ["gpu-h~12.3 retries"]),
+    ({"gpu_hours_so_far": 3.14, "gpu_hours_projected": 12.345}, ["gpu-h 3.1/~12.3 retries"]),
+    ({"gpu_hours_so_far": 0.5}, ["gpu-h 0.5/? retries"]),
+    ({"cache_hit": 0.873}, ["truncated 0 cache-hit 87% endpoints"]),
     ({"retries": 3, "truncated": 1}, ["retries 3 truncated 1"]),
     ({"sync_lag": "2 seg"}, ["up sync:2 seg"]),
     ({"endpoints": (endpoint("http://a"), endpoint("http://b"))}, ["endpoints 2/2 up"]),
     ({"endpoints": (endpoint("http://a"), endpoint("http://b", "down", "connection refused"))},
      ["endpoints 1/2 up", " | http://b down: connection refused"]),
-], ids=["quiet", "counts", "rates", "eta-hours", "eta-seconds", "gpu-hours", "retries", "sync", "all-up",
-        "one-down"])
+], ids=["quiet", "counts", "rates", "server-rate", "tokens-millions", "tokens-thousands", "eta-hours",
+        "eta-seconds", "gpu-hours", "gpu-hours-no-eta", "cache-hit", "retries", "sync", "all-up", "one-down"])
 def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
     line = progress_line(snapshot(**changes))
     for part in parts:
@@ -48,7 +55,7 @@ def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
 
 
 @pytest.mark.parametrize(("changes", "absent"), [
-    ({}, ["gpu-h", "sync:", " | "]),
+    ({}, ["gpu-h", "sync:", " | ", "servers", "cache-hit", "%)"]),
     ({"endpoints": (endpoint("http://a", "up", "an old error"),)}, ["an old error"]),  # up: no error shown
 ])
 def test_progress_line_leaves_out_what_does_not_apply(changes: dict[str, Any], absent: list[str]) -> None:

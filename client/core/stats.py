@@ -1,14 +1,22 @@
-"""Run counters as plain data, written by the swarm; frozen snapshots for readers (console, summary).
+"""Run counters as plain data, written by the swarm; frozen snapshots for readers (console, summary,
+the Prometheus endpoint).
 
-Throughput is measured from `usage.completion_tokens` of finished requests (never from chunk counts) over
-a short and a long window.
+Throughput is the completion tokens counted as they stream (exact where the server sends running usage,
+client.wire.sse), over a short and a 5-minute window (client.core.meter), so it reads true while long
+replies are still being written. Beside it stands what each server says it generates, which includes any
+other traffic on a shared server. The ETA divides the tokens still expected (remaining prompts times
+the estimate's mean, or the mean so far) by the 5-minute token rate.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from client.core.meter import WindowedRates
 
 
 @dataclass
@@ -22,10 +30,16 @@ class EndpointCounters:
     done: int = 0
     errors: int = 0
     completion_tokens: int = 0
+    prompt_tokens: int = 0  # of finished requests
+    cached_tokens: int | None = None  # of those, served from the prefix cache (None: usage never said)
+    streamed_tokens: int = 0  # completion tokens as they stream, failed attempts included
     chunks: int = 0  # SSE events received, for the client-cost benchmark and debugging
     reads: int = 0  # transport reads that delivered them
     server_running: int | None = None
     server_waiting: int | None = None
+    server_gen_rate: float | None = None  # tok/s the server reports itself (SGLang gen_throughput)
+    server_generated: float | None = None  # the server's lifetime generated-tokens counter (/metrics)
+    server_token_usage: float | None = None  # KV-cache use, 0..1
     last_error: str = ""
 
 
@@ -38,10 +52,14 @@ class EndpointSnapshot:
     capacity: int | None
     done: int
     errors: int
-    tokens_per_s: float
+    tokens_per_s: float  # streamed, over the short window
     server_running: int | None
     server_waiting: int | None
     last_error: str
+    tokens_per_s_long: float = 0.0
+    server_tokens_per_s: float | None = None  # what the server says it generates, other traffic included
+    token_usage: float | None = None
+    cache_hit: float | None = None  # cached / prompt tokens of finished requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +82,27 @@ class StatsSnapshot:
     sync_lag: str
     errors_by_kind: dict[str, int]
     endpoints: tuple[EndpointSnapshot, ...]
+    streamed_tokens: int = 0
+    server_tokens_per_s: float | None = None
+    cache_hit: float | None = None
+    gpu_hours_so_far: float | None = None
+    expected_tokens_per_prompt: float | None = None
+    sync_lag_s: float | None = None
 
     @property
     def remaining(self) -> int | None:
         return None if self.total is None else max(0, self.total - self.done - self.failed)
+
+
+def _cached_tokens(usage: Mapping[str, Any]) -> int | None:
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return cached if type(cached) is int else None
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 @dataclass
@@ -86,14 +121,19 @@ class RunStats:
     truncated: int = 0
     completion_tokens: int = 0
     prompt_tokens: int = 0
+    expected_tokens_per_prompt: float | None = None  # the estimate's mean, when the run was given one
     sync_lag: str = ""
+    sync_lag_s: float | None = None
     errors_by_kind: Counter[str] = field(default_factory=Counter)
     endpoints: list[EndpointCounters] = field(default_factory=list)
-    _finished: deque[tuple[float, int, int]] = field(default_factory=deque)
+    _finished: deque[float] = field(default_factory=deque)
+    _streamed: WindowedRates | None = None
+    _server: WindowedRates | None = None
 
-    def record_done(self, endpoint: EndpointCounters, completion_tokens: int, prompt_tokens: int,
-                    finish_reason: str | None) -> None:
+    def record_done(self, endpoint: EndpointCounters, usage: Mapping[str, Any], finish_reason: str | None) -> None:
         now = time.monotonic()
+        completion_tokens = int(usage.get("completion_tokens") or 0)
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
         self.done += 1
         self.completion_tokens += completion_tokens
         self.prompt_tokens += prompt_tokens
@@ -101,9 +141,13 @@ class RunStats:
             self.truncated += 1
         endpoint.done += 1
         endpoint.completion_tokens += completion_tokens
-        self._finished.append((now, completion_tokens, endpoint.index))
+        endpoint.prompt_tokens += prompt_tokens
+        cached = _cached_tokens(usage)
+        if cached is not None:
+            endpoint.cached_tokens = (endpoint.cached_tokens or 0) + cached
+        self._finished.append(now)
         horizon = now - self.long_window_s
-        while self._finished and self._finished[0][0] < horizon:
+        while self._finished and self._finished[0] < horizon:
             self._finished.popleft()
 
     def record_error(self, endpoint: EndpointCounters | None, kind: str, message: str) -> None:
@@ -112,38 +156,59 @@ class RunStats:
             endpoint.errors += 1
             endpoint.last_error = message[:200]
 
+    def _rates(self, now: float) -> tuple[list[float | None], list[float | None], list[float | None]]:
+        """(streamed tok/s short, streamed tok/s long, server-counted tok/s short), per endpoint."""
+        if self._streamed is None or self._server is None:
+            self._streamed = WindowedRates(self.started, keep_s=self.long_window_s + 30)
+            self._server = WindowedRates(self.started, keep_s=self.short_window_s + 30)
+        streamed = [float(e.streamed_tokens) for e in self.endpoints]
+        generated = [e.server_generated for e in self.endpoints]
+        self._streamed.sample(now, streamed)
+        self._server.sample(now, generated)
+        return (self._streamed.rates(now, streamed, self.short_window_s),
+                self._streamed.rates(now, streamed, self.long_window_s),
+                self._server.rates(now, generated, self.short_window_s, from_zero=False))
+
+    def _eta(self, remaining: int | None, in_flight: int, streamed: int, tokens_rate: float,
+             requests_rate: float) -> float | None:
+        """From the tokens still expected over the 5-minute token rate; by requests when no mean is known."""
+        if remaining is None:
+            return None
+        if remaining == 0:
+            return 0.0
+        mean = self.expected_tokens_per_prompt or (self.completion_tokens / self.done if self.done else None)
+        if mean is not None and tokens_rate > 0:
+            # Tokens already streamed for requests still open count as done work.
+            partial = min(max(0, streamed - self.completion_tokens), in_flight * mean)
+            return max(0.0, remaining * mean - partial) / tokens_rate
+        return remaining / requests_rate if requests_rate > 0 else None
+
     def snapshot(self) -> StatsSnapshot:
         now = time.monotonic()
         elapsed = max(1e-9, now - self.started)
-        short_from = now - self.short_window_s
         long_span = min(self.long_window_s, elapsed)
-        short_span = min(self.short_window_s, elapsed)
-        short_tokens = long_tokens = long_requests = 0
-        per_endpoint = [0] * len(self.endpoints)
-        for finished_at, tokens, index in self._finished:
-            if finished_at >= now - long_span:
-                long_tokens += tokens
-                long_requests += 1
-            if finished_at >= short_from:
-                short_tokens += tokens
-                per_endpoint[index] += tokens
-        requests_rate = long_requests / long_span if long_span > 0 else 0.0
+        short_rates, long_rates, server_rates = self._rates(now)
+        requests_rate = sum(1 for t in self._finished if t >= now - long_span) / long_span
         remaining = None if self.total is None else max(0, self.total - self.done - self.failed)
-        eta = remaining / requests_rate if remaining is not None and requests_rate > 0 else None
-        if remaining == 0:
-            eta = 0.0
-        gpu_hours = None
-        if self.gpus and eta is not None:
-            gpu_hours = self.gpus * (elapsed + eta) / 3600.0
+        in_flight = sum(e.in_flight for e in self.endpoints)
+        streamed = sum(e.streamed_tokens for e in self.endpoints)
+        tokens_long = sum(r or 0.0 for r in long_rates)
+        eta = self._eta(remaining, in_flight, streamed, tokens_long, requests_rate)
+        gpu_hours = None if not self.gpus or eta is None else self.gpus * (elapsed + eta) / 3600.0
+        server_own = [e.server_gen_rate if e.server_gen_rate is not None else server_rates[i]
+                      for i, e in enumerate(self.endpoints)]
         endpoints = tuple(
             EndpointSnapshot(
                 url=e.url, state=e.state, in_flight=e.in_flight, max_in_flight=e.max_in_flight, capacity=e.capacity,
-                done=e.done, errors=e.errors,
-                tokens_per_s=per_endpoint[i] / short_span if short_span > 0 else 0.0,
+                done=e.done, errors=e.errors, tokens_per_s=short_rates[i] or 0.0,
                 server_running=e.server_running, server_waiting=e.server_waiting, last_error=e.last_error,
+                tokens_per_s_long=long_rates[i] or 0.0, server_tokens_per_s=server_own[i],
+                token_usage=e.server_token_usage,
+                cache_hit=None if e.cached_tokens is None or not e.prompt_tokens else e.cached_tokens / e.prompt_tokens,
             )
             for i, e in enumerate(self.endpoints)
         )
+        cached = _sum([None if e.cached_tokens is None else float(e.cached_tokens) for e in self.endpoints])
         return StatsSnapshot(
             elapsed_s=elapsed,
             total=self.total,
@@ -152,15 +217,21 @@ class RunStats:
             too_long=self.too_long,
             retries=self.retries,
             truncated=self.truncated,
-            in_flight=sum(e.in_flight for e in self.endpoints),
+            in_flight=in_flight,
             completion_tokens=self.completion_tokens,
             prompt_tokens=self.prompt_tokens,
-            tokens_per_s_short=short_tokens / short_span if short_span > 0 else 0.0,
-            tokens_per_s_long=long_tokens / long_span if long_span > 0 else 0.0,
+            tokens_per_s_short=sum(r or 0.0 for r in short_rates),
+            tokens_per_s_long=tokens_long,
             requests_per_s_long=requests_rate,
             eta_s=eta,
             gpu_hours_projected=gpu_hours,
             sync_lag=self.sync_lag,
             errors_by_kind=dict(self.errors_by_kind),
             endpoints=endpoints,
+            streamed_tokens=streamed,
+            server_tokens_per_s=_sum(server_own),
+            cache_hit=None if cached is None or not self.prompt_tokens else cached / self.prompt_tokens,
+            gpu_hours_so_far=None if not self.gpus else self.gpus * elapsed / 3600.0,
+            expected_tokens_per_prompt=self.expected_tokens_per_prompt,
+            sync_lag_s=self.sync_lag_s,
         )

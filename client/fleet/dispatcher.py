@@ -258,5 +258,8 @@ class Dispatcher:
             tracked.learned_capacity = load.running  # a queue means the batch was full
         endpoint.counters.server_running = load.running
         endpoint.counters.server_waiting = load.waiting
+        endpoint.counters.server_gen_rate = load.gen_throughput
+        endpoint.counters.server_generated = load.generation_tokens_total
+        endpoint.counters.server_token_usage = load.token_usage
         endpoint.counters.capacity = self.capacity(endpoint.index)
         await self._notify()

@@ -1,4 +1,5 @@
-"""Rendering of run progress: a rich live view on a terminal, a plain line every few seconds otherwise.
+"""Rendering of run progress: a rich live view on a terminal (a progress bar, the fleet's figures, one row
+per endpoint), a plain line with the same figures every few seconds otherwise.
 
 Reads `StatsSnapshot`s only; it never touches the swarm's state.
 """
@@ -12,6 +13,7 @@ from typing import TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -22,42 +24,83 @@ _STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 
 
 
-def _rate(value: float) -> str:
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
     return f"{value / 1000:.1f}K" if value >= 10_000 else f"{value:.0f}"
 
 
+def _count(value: int) -> str:
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e4, "K")):
+        if value >= size:
+            return f"{value / size:.1f}{unit}" if unit != "K" else f"{value / 1e3:.0f}K"
+    return str(value)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _gpu_hours(snap: StatsSnapshot) -> str | None:
+    if snap.gpu_hours_so_far is None:
+        return None
+    projected = "?" if snap.gpu_hours_projected is None else f"~{snap.gpu_hours_projected:,.1f}"
+    return f"{snap.gpu_hours_so_far:,.1f}/{projected}"
+
+
 def progress_line(snap: StatsSnapshot) -> str:
+    """The plain-text view (stdout not a terminal): the live view's figures on one line."""
     total = "?" if snap.total is None else str(snap.total)
-    gpu = "" if snap.gpu_hours_projected is None else f" gpu-h~{snap.gpu_hours_projected:.1f}"
+    share = f" ({snap.done / snap.total:.1%})" if snap.total else ""
+    servers = "" if snap.server_tokens_per_s is None else f", servers {_rate(snap.server_tokens_per_s)}"
+    gpu_hours = _gpu_hours(snap)
+    gpu = "" if gpu_hours is None else f" gpu-h {gpu_hours}"
+    cache = "" if snap.cache_hit is None else f" cache-hit {_share(snap.cache_hit)}"
     sync = f" sync:{snap.sync_lag}" if snap.sync_lag else ""
     up = sum(1 for e in snap.endpoints if e.state == "up")
     return (
-        f"done {snap.done}/{total} failed {snap.failed} in-flight {snap.in_flight} "
-        f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}) "
-        f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated} "
+        f"done {snap.done}/{total}{share} failed {snap.failed} in-flight {snap.in_flight} "
+        f"tokens {_count(snap.streamed_tokens)} "
+        f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}{servers}) "
+        f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{cache} "
         f"endpoints {up}/{len(snap.endpoints)} up{sync}"
     ) + "".join(f" | {e.url} {e.state}: {e.last_error}" for e in snap.endpoints if e.state != "up")
 
 
-def render(snap: StatsSnapshot) -> Group:
+def _head(snap: StatsSnapshot) -> Table:
     total = "?" if snap.total is None else f"{snap.total:,}"
-    share = f" ({snap.done / snap.total:.1%})" if snap.total else ""
+    share = f" {snap.done / snap.total:.1%}" if snap.total else ""
+    bar = ProgressBar(total=float(snap.total or 0) or None, completed=float(snap.done + snap.failed), width=36)
     head = Table.grid(padding=(0, 2))
+    gpu_hours = _gpu_hours(snap)
     head.add_row(
+        bar,
         Text(f"done {snap.done:,}/{total}{share}", style="bold"),
-        Text(f"tok/s {_rate(snap.tokens_per_s_short)} now, {_rate(snap.tokens_per_s_long)} 5-min"),
-        Text(f"ETA {format_duration(snap.eta_s)}"),
-        Text("GPU-h ?" if snap.gpu_hours_projected is None else f"GPU-h ~{snap.gpu_hours_projected:,.1f}"),
-    )
-    head.add_row(
+        Text(f"tokens {_count(snap.streamed_tokens)}"),
         Text(f"elapsed {format_duration(snap.elapsed_s)}"),
-        Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"),
-        Text(f"tokens {snap.completion_tokens:,}"),
-        Text(f"sync {snap.sync_lag}" if snap.sync_lag else ""),
+        Text(f"ETA {format_duration(snap.eta_s)}", style="bold"),
+        Text("GPU-h ?" if gpu_hours is None else f"GPU-h {gpu_hours}"),
     )
+    servers = "" if snap.server_tokens_per_s is None else f"  servers {_rate(snap.server_tokens_per_s)}"
+    head.add_row(
+        Text(f"tok/s {_rate(snap.tokens_per_s_short)} now  {_rate(snap.tokens_per_s_long)} 5-min{servers}",
+             style="bold cyan"),
+        Text(f"in flight {snap.in_flight:,}"),
+        Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"),
+        Text("" if snap.cache_hit is None else f"cache hit {_share(snap.cache_hit)}"),
+        Text(f"sync {snap.sync_lag}" if snap.sync_lag else ""),
+        Text(""),
+    )
+    return head
+
+
+_COLUMNS = ("endpoint", "state", "in flight", "slots", "srv run", "srv queue", "tok/s", "srv tok/s", "KV",
+            "cache hit", "done", "errors", "last error")
+
+
+def render(snap: StatsSnapshot) -> Group:
     table = Table(expand=False, show_edge=False, header_style="bold")
-    for column in ("endpoint", "state", "in flight", "slots", "srv run", "srv queue", "tok/s", "done", "errors",
-                   "last error"):
+    for column in _COLUMNS:
         table.add_column(column, justify="left" if column in ("endpoint", "state", "last error") else "right")
     for e in snap.endpoints:
         table.add_row(
@@ -68,12 +111,15 @@ def render(snap: StatsSnapshot) -> Group:
             "-" if e.server_running is None else str(e.server_running),
             "-" if e.server_waiting is None else str(e.server_waiting),
             _rate(e.tokens_per_s),
+            _rate(e.server_tokens_per_s),
+            _share(e.token_usage),
+            _share(e.cache_hit),
             f"{e.done:,}",
             str(e.errors),
             Text(e.last_error[:60], style="dim"),
         )
     errors = ", ".join(f"{kind} {count}" for kind, count in sorted(snap.errors_by_kind.items()))
-    parts: list[Table | Text] = [head, table]
+    parts: list[Table | Text] = [_head(snap), table]
     if errors:
         parts.append(Text(f"errors: {errors}", style="dim"))
     return Group(*parts)

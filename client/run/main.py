@@ -189,6 +189,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         def snapshot() -> StatsSnapshot:
             if uploader is not None:
                 stats.sync_lag = uploader.lag_text()
+                stats.sync_lag_s = uploader.lag_seconds()
             return stats.snapshot()
 
         async def progress() -> None:

@@ -236,8 +236,7 @@ class Swarm:
     def _write(self, record: ResultRecord, generation: Generation) -> None:
         self.sink.write_result(record)
         completion = generation.completion
-        self.stats.record_done(generation.endpoint.counters, int(completion.usage.get("completion_tokens", 0)),
-                               int(completion.usage.get("prompt_tokens", 0)), completion.finish_reason)
+        self.stats.record_done(generation.endpoint.counters, completion.usage, completion.finish_reason)
 
     def _write_failure(self, record_id: str, failed: GenerationFailed) -> None:
         endpoint = failed.endpoint.url if failed.endpoint is not None else None

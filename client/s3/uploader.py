@@ -177,6 +177,12 @@ class SegmentUploader:
 
     # -- what the console shows ------------------------------------------------------------------------
 
+    def lag_seconds(self) -> float:
+        """How long the oldest closed segment has waited for S3; 0 when everything is stored."""
+        if not self._pending:
+            return 0.0
+        return max(0.0, time.time() - min(s.closed_at for s in self._pending.values()))
+
     def lag_text(self) -> str:
         if self.fatal is not None:
             return "STOPPED: " + describe_error(self.fatal)

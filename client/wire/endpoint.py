@@ -180,30 +180,39 @@ class Endpoint:
 
     async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
         parser = StreamParser()
+        counters = self.counters
         started = time.monotonic()
         first_output: list[float] = []
         reads = 0
+        counted = 0  # of parser.live_tokens, already added to counters.streamed_tokens
 
         def feed(data: bytes) -> None:
-            nonlocal reads
+            nonlocal reads, counted
             reads += 1
             parser.feed(data)
+            if parser.live_tokens != counted:
+                counters.streamed_tokens += parser.live_tokens - counted
+                counted = parser.live_tokens
             if not first_output and parser.saw_output:
                 first_output.append(time.monotonic() - started)
 
         try:
-            response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
-                                               expect_type="text/event-stream")
-        except AttemptError:
-            if parser.whole:
-                return parser.completion(ended_cleanly=False), _first(first_output)
-            raise
+            try:
+                response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
+                                                   expect_type="text/event-stream")
+            except AttemptError:
+                if parser.whole:
+                    return parser.completion(ended_cleanly=False), _first(first_output)
+                raise
+            if response.status != 200:
+                raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+            return parser.completion(ended_cleanly=True), _first(first_output)
         finally:
-            self.counters.chunks += parser.events
-            self.counters.reads += reads
-        if response.status != 200:
-            raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
-        return parser.completion(ended_cleanly=True), _first(first_output)
+            counters.chunks += parser.events
+            counters.reads += reads
+            # The final usage corrects a count taken from chunks; tokens of a failed attempt stay counted,
+            # since the server did generate them.
+            counters.streamed_tokens += max(0, parser.live_tokens - counted)
 
 
 def _first(values: list[float]) -> float | None:

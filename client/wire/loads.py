@@ -65,16 +65,19 @@ def parse_get_load(body: bytes) -> ServerLoad:
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfaINFA]+)(?:\s+\d+)?$")
 
-# (running, waiting, generated-tokens counter) metric names per engine.
+# (running, waiting, generated-tokens counter, KV-cache use 0..1) metric names per engine; vLLM renamed
+# its cache gauge from gpu_cache_usage_perc to kv_cache_usage_perc, so both are read.
 _ENGINES = (
-    ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:generation_tokens_total"),
-    ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"),
+    ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:generation_tokens_total", ("sglang:token_usage",)),
+    ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total",
+     ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
 )
 
 
 def parse_metrics(text: bytes) -> ServerLoad:
     """Prometheus text; sums every sample of a family (one per DP rank or engine)."""
     sums: dict[str, float] = {}
+    highest: dict[str, float] = {}  # gauges of a share (cache use) are per rank: the fullest rank counts
     for raw in text.decode("utf-8", "replace").splitlines():
         if not raw or raw.startswith("#"):
             continue
@@ -83,13 +86,17 @@ def parse_metrics(text: bytes) -> ServerLoad:
             continue
         name = match.group(1)
         try:
-            sums[name] = sums.get(name, 0.0) + float(match.group(3))
+            value = float(match.group(3))
         except ValueError:
             continue
-    for running, waiting, generated in _ENGINES:
+        sums[name] = sums.get(name, 0.0) + value
+        highest[name] = max(highest.get(name, value), value)
+    for running, waiting, generated, usage_names in _ENGINES:
         if running in sums:
+            usage = next((highest[name] for name in usage_names if name in highest), None)
             return ServerLoad(running=int(sums[running]), waiting=int(sums.get(waiting, 0.0)),
-                              generation_tokens_total=sums.get(generated))
+                              generation_tokens_total=sums.get(generated), token_usage=usage,
+                              gen_throughput=sums.get("sglang:gen_throughput"))
     raise LoadFormatError("/metrics: no known running/waiting gauges (is --enable-metrics on?)")
 
 

@@ -11,7 +11,10 @@ build an object per event, which this hot path cannot afford; see docs/benchmark
 
 The parser accepts SGLang's `reasoning_content` and vLLM's `reasoning`, merges tool-call deltas by
 index, takes token counts only from `usage` (with MTP one chunk carries several tokens, so counting
-chunks would be wrong; usage may ride on the finish chunk or come in a chunk of its own), tolerates
+chunks would be wrong; usage may ride on the finish chunk or come in a chunk of its own), keeps a live
+count of tokens so far (`live_tokens`: the running `usage.completion_tokens` that
+`stream_options.continuous_usage_stats` puts on each chunk, else one per output chunk, a lower bound the
+final usage corrects), tolerates
 builds that omit null fields or never send `[DONE]` (a stream that ends cleanly after its finish_reason
 is whole), and turns a `data: {"error": ...}` event into a failed attempt.
 """
@@ -49,7 +52,9 @@ class StreamParser:
         "_tools",
         "done",
         "events",
+        "exact_count",
         "finish_reason",
+        "live_tokens",
         "model",
         "prompt_token_ids",
         "saw_output",
@@ -70,6 +75,8 @@ class StreamParser:
         self.model: str | None = None
         self.prompt_token_ids: list[int] | None = None
         self.saw_output = False
+        self.live_tokens = 0  # completion tokens so far: exact with per-chunk usage, else output chunks
+        self.exact_count = False
 
     def feed(self, data: bytes) -> None:
         buffer = self._buffer + data if self._buffer else data
@@ -118,17 +125,23 @@ class StreamParser:
             choice = choices[0]
             delta = choice.get("delta")
             if delta:
+                output = False
                 text = delta.get("reasoning_content") or delta.get("reasoning")
                 if text:
                     self._reasoning.append(text)
-                    self.saw_output = True
+                    output = True
                 text = delta.get("content")
                 if text:
                     self._content.append(text)
-                    self.saw_output = True
+                    output = True
                 calls = delta.get("tool_calls")
                 if calls:
                     self._merge_tool_calls(calls)
+                    output = True
+                if output:
+                    self.saw_output = True
+                    if not self.exact_count:
+                        self.live_tokens += 1  # at least one token per chunk; the final usage corrects it
             ids = choice.get("token_ids")
             if ids:
                 if self._completion_ids is None:
@@ -142,6 +155,10 @@ class StreamParser:
         usage = obj.get("usage")
         if usage:
             self.usage = usage
+            count = usage.get("completion_tokens")
+            if type(count) is int and count >= self.live_tokens:
+                self.live_tokens = count
+                self.exact_count = True
         if self.model is None:
             self.model = obj.get("model")
         prompt_ids = obj.get("prompt_token_ids")

@@ -1,0 +1,91 @@
+"""client.core.meter's windowed rates and client.core.stats' ETA, table-driven with explicit clocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.core.meter import WindowedRates
+from client.core.stats import EndpointCounters, RunStats
+
+Samples = list[tuple[float, list[float | None]]]
+
+
+@pytest.mark.parametrize(("samples", "now", "values", "window", "from_zero", "expected"), [
+    # Before a window has passed, the rate is over the time since the start: a figure from the first token.
+    ([], 2.0, [100.0], 15.0, True, [50.0]),
+    # A full window: the newest sample at or before its start is the base.
+    ([(t, [t * 10.0]) for t in range(1, 41)], 40.0, [400.0], 15.0, True, [10.0]),
+    # The rate falls back to zero when nothing more is counted.
+    ([(t, [min(t, 10) * 10.0]) for t in range(1, 41)], 40.0, [100.0], 15.0, True, [0.0]),
+    # Two counters, one unknown: None stays None.
+    ([(1.0, [5.0, None])], 3.0, [15.0, None], 15.0, True, [5.0, None]),
+    # A lifetime counter (from_zero=False) needs a sample of its own before it has a rate.
+    ([], 5.0, [1_000_000.0], 15.0, False, [None]),
+    ([(2.0, [1_000_000.0])], 4.0, [1_000_100.0], 15.0, False, [50.0]),
+    # A counter that appeared after the start is measured from its first sample.
+    ([(1.0, [None]), (3.0, [500.0])], 5.0, [700.0], 15.0, False, [100.0]),
+    # Sampled at this very moment only: no span to measure over.
+    ([(5.0, [10.0])], 5.0, [10.0], 15.0, False, [0.0]),
+], ids=["from-start", "full-window", "idle", "unknown", "lifetime-unsampled", "lifetime", "late-counter",
+        "no-span"])
+def test_rates(samples: Samples, now: float, values: list[float | None], window: float, from_zero: bool,
+               expected: list[float | None]) -> None:
+    meter = WindowedRates(0.0, every_s=1.0, keep_s=60.0)
+    for when, sampled in samples:
+        meter.sample(when, sampled)
+    rates = meter.rates(now, values, window, from_zero=from_zero)
+    assert rates == [None if e is None else pytest.approx(e) for e in expected]
+
+
+def test_samples_are_thinned_and_trimmed() -> None:
+    meter = WindowedRates(0.0, every_s=1.0, keep_s=10.0)
+    for step in range(1, 1001):
+        meter.sample(step / 10, [float(step)])  # ten calls a second, for 100 s
+    assert 10 <= len(meter._samples) <= 14
+    assert meter.rates(100.0, [1000.0], 5.0) == [pytest.approx(10.0, rel=0.05)]
+
+
+def _stats(total: int, done: int, streamed: int, completion: int, in_flight: int, *,
+           expected: float | None = None) -> RunStats:
+    stats = RunStats(total=total, expected_tokens_per_prompt=expected)
+    endpoint = EndpointCounters(url="http://a", index=0, in_flight=in_flight, streamed_tokens=streamed)
+    stats.endpoints.append(endpoint)
+    stats.done = done
+    stats.completion_tokens = completion
+    return stats
+
+
+@pytest.mark.parametrize(("stats", "rate", "requests_rate", "eta"), [
+    # 90 left at the mean so far (100 tokens), nothing open: 9,000 tokens at 100 tok/s.
+    (_stats(100, 10, 1_000, 1_000, 0), 100.0, 0.1, 90.0),
+    # The estimate's mean wins over the mean so far.
+    (_stats(100, 10, 1_000, 1_000, 0, expected=200.0), 100.0, 0.1, 180.0),
+    # Tokens already streamed for open requests are work done.
+    (_stats(100, 10, 1_500, 1_000, 5), 100.0, 0.1, 85.0),
+    # ... but never more than the open requests are expected to need.
+    (_stats(100, 10, 9_000, 1_000, 2), 100.0, 0.1, 88.0),
+    # No mean yet and no finished request: by the request rate, or unknown.
+    (_stats(100, 0, 500, 0, 8), 100.0, 0.0, None),
+    (_stats(100, 0, 500, 0, 8), 0.0, 0.5, 200.0),
+    # Nothing left.
+    (_stats(10, 10, 1_000, 1_000, 0), 0.0, 0.0, 0.0),
+], ids=["mean-so-far", "estimate-mean", "open-work", "open-work-capped", "unknown", "by-requests", "finished"])
+def test_eta(stats: RunStats, rate: float, requests_rate: float, eta: float | None) -> None:
+    remaining = None if stats.total is None else stats.total - stats.done - stats.failed
+    in_flight = sum(e.in_flight for e in stats.endpoints)
+    streamed = sum(e.streamed_tokens for e in stats.endpoints)
+    got = stats._eta(remaining, in_flight, streamed, rate, requests_rate)
+    assert got == (None if eta is None else pytest.approx(eta))
+
+
+def test_snapshot_reads_cache_hits_from_usage() -> None:
+    stats = RunStats()
+    endpoint = EndpointCounters(url="http://a", index=0)
+    stats.endpoints.append(endpoint)
+    stats.record_done(endpoint, {"completion_tokens": 5, "prompt_tokens": 100}, "stop")
+    assert stats.snapshot().cache_hit is None  # usage never said
+    stats.record_done(endpoint, {"completion_tokens": 5, "prompt_tokens": 100,
+                                 "prompt_tokens_details": {"cached_tokens": 80}}, "length")
+    snap = stats.snapshot()
+    assert snap.cache_hit == pytest.approx(0.4) and snap.endpoints[0].cache_hit == pytest.approx(0.4)
+    assert snap.truncated == 1 and snap.prompt_tokens == 200
