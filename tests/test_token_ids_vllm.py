@@ -1,0 +1,48 @@
+"""Real vLLM on the CPU: the token ids of a non-streaming answer (client.wire.complete) are the ids the
+same request streams, with a fixed seed, sampling at temperature 1 from the random-weight tiny Qwen3."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from client.core.payload import FieldPolicy, SamplingSettings, build_payload
+from client.core.records import Prompt
+from client.core.stats import EndpointCounters
+from client.wire.complete import as_nonstreaming
+from client.wire.endpoint import Endpoint
+from tests.engines.vllm_server import VLLMServer
+
+PROMPTS = [
+    [{"role": "user", "content": "Write about the weather in Paris today."}],
+    [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is a city?"}],
+]
+
+
+def _payload(server: VLLMServer, messages: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    prompt = Prompt(id="x", messages=messages, tools=None, meta=None, source="test", line=0)
+    settings = SamplingSettings(max_tokens=24, temperature=1.0, top_p=1.0, top_k=None, min_p=None, seed=seed)
+    policy = FieldPolicy(frozenset({"chat_template_kwargs", "return_token_ids"}), "vllm")
+    return build_payload(prompt, messages, settings, model=server.model_name, return_token_ids=True, policy=policy)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("seed", [3, 11])
+async def test_nonstreaming_and_streaming_ids_are_identical(vllm_random: VLLMServer, seed: int) -> None:
+    endpoint = Endpoint(vllm_random.url, EndpointCounters(url=vllm_random.url, index=0), max_in_flight=2)
+    try:
+        for messages in PROMPTS:
+            payload = _payload(vllm_random, messages, seed)
+            streamed, _ = await endpoint.stream_chat(orjson.dumps(payload))
+            whole, ttft = await endpoint.complete_chat(orjson.dumps(as_nonstreaming(payload, details=False)), 120.0)
+            assert ttft is None
+            assert streamed.completion_token_ids and streamed.prompt_token_ids
+            assert whole.completion_token_ids == streamed.completion_token_ids
+            assert whole.prompt_token_ids == streamed.prompt_token_ids
+            assert len(whole.completion_token_ids) == whole.usage["completion_tokens"]
+            assert whole.finish_reason == streamed.finish_reason
+            assert (whole.reasoning, whole.content) == (streamed.reasoning, streamed.content)
+    finally:
+        await endpoint.aclose()
