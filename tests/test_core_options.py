@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from client.core.options import float_in, non_negative_float, non_negative_int, positive_float, positive_int
+from client.core.options import (
+    float_in,
+    non_negative_float,
+    non_negative_int,
+    port_number,
+    positive_float,
+    positive_int,
+)
 
 Checker = Callable[[str], Any]
 
@@ -16,7 +23,7 @@ Checker = Callable[[str], Any]
 @pytest.mark.parametrize(("check", "text", "value"), [
     (positive_int, "1", 1), (positive_int, "512", 512), (non_negative_int, "0", 0),
     (positive_float, "0.5", 0.5), (non_negative_float, "0", 0.0), (float_in(0, 2), "2", 2.0),
-    (float_in(0, 1), "0", 0.0),
+    (float_in(0, 1), "0", 0.0), (port_number, "0", 0), (port_number, "9400", 9400), (port_number, "65535", 65535),
 ])
 def test_accepts(check: Checker, text: str, value: Any) -> None:
     assert check(text) == value
@@ -34,6 +41,9 @@ def test_accepts(check: Checker, text: str, value: Any) -> None:
     (non_negative_float, "-0.1", "must be 0 or more, got -0.1"),
     (float_in(0, 2), "-1", "must be between 0 and 2, got -1"),
     (float_in(0, 1), "5", "must be between 0 and 1, got 5"),
+    (port_number, "65536", "must be a port from 0 to 65535, got 65536"),
+    (port_number, "-1", "must be a port from 0 to 65535, got -1"),
+    (port_number, "http", "not a whole number: 'http'"),
 ])
 def test_refuses_with_a_message(check: Checker, text: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as caught:

@@ -42,6 +42,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    value = _whole(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = _number(text)
     if value <= 0:

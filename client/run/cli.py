@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from client.core.options import (
@@ -12,6 +13,7 @@ from client.core.options import (
     float_in,
     non_negative_float,
     non_negative_int,
+    port_number,
     positive_float,
     positive_int,
 )
@@ -204,6 +206,17 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     view.add_argument("--progress-every", type=positive_float, default=10.0, metavar="SECONDS",
                       help="interval of the plain progress line (default: %(default)s)")
+    view.add_argument("--estimate", type=Path, metavar="FILE",
+                      help="the JSON of `client.estimate --json` for these prompts: its mean output tokens per "
+                           "prompt make the ETA right before many long replies have finished")
+    view.add_argument("--metrics-port", type=port_number, metavar="PORT",
+                      help="serve the run's counters to Prometheus at http://HOST:PORT/metrics (off by default; "
+                           "0 picks a free port; see docs/monitoring.md)")
+    view.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                      help="address the metrics endpoint listens on (default: %(default)s; 0.0.0.0 for all)")
+    view.add_argument("--metrics-linger", type=non_negative_float, default=0.0, metavar="SECONDS",
+                      help="after the run, keep /metrics up until one scrape has read the final figures, at most "
+                           "this long (default: %(default)s)")
 
     sim = parser.add_argument_group("simulated fleet (--simulate)")
     sim.add_argument("--sim-speed", type=positive_float, default=20.0, metavar="X",

@@ -25,6 +25,7 @@ from client.core.stats import EndpointCounters, RunStats, StatsSnapshot
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.options import network_from
 from client.fleet.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
+from client.local.estimate_file import expected_tokens_per_prompt
 from client.local.failures import read_too_long_ids
 from client.local.ledger import read_done_ids
 from client.local.lock import hold_out_lock
@@ -35,6 +36,7 @@ from client.local.source import PromptSource, Shard, count_remaining
 from client.results.reader import iter_records
 from client.run.cli import build_parser, settings_from
 from client.run.console import say, show_progress
+from client.run.metrics import MetricsServer
 from client.run.rate import RequestRate
 from client.run.s3_wiring import drain, open_s3
 from client.run.settings_gate import SettingsGate
@@ -125,7 +127,12 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
             "(too_long in the failures file); pass --retry-too-long to send them again")
 
-    stats = RunStats(gpus=args.gpus)
+    stats = RunStats(gpus=args.gpus,
+                     expected_tokens_per_prompt=expected_tokens_per_prompt(args.estimate) if args.estimate else None)
+    metrics = MetricsServer(args.metrics_host, args.metrics_port) if args.metrics_port is not None else None
+    if metrics is not None:
+        stack.callback(metrics.close)
+        say(f"metrics: {metrics.url}")
     network = network_from(args)
     endpoints = [
         Endpoint(url, EndpointCounters(url=url, index=i), max_in_flight=args.max_in_flight,
@@ -175,6 +182,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
             rate=RequestRate(args.max_requests_per_second) if args.max_requests_per_second else None,
         )
         companions = []
+        if metrics is not None:
+            companions.append(lambda: metrics.publish(snapshot))
         if uploader is not None:
             uploader.failed_count = lambda: stats.failed
             uploader.on_fatal = lambda error: swarm.request_stop()
@@ -222,7 +231,12 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     finally:
         await asyncio.gather(*(e.aclose() for e in endpoints), return_exceptions=True)
 
-    print_summary(source.counts, stats.snapshot(), outcome, sink.failures_path, turns=args.turns)
+    final = stats.snapshot()
+    print_summary(source.counts, final, outcome, sink.failures_path, turns=args.turns)
+    if metrics is not None and args.metrics_linger > 0:
+        say(f"metrics: serving the final figures until a scrape reads them (at most {args.metrics_linger:.0f}s)")
+    if metrics is not None:
+        await metrics.finish(final, args.metrics_linger)
     if outcome.fatal is not None:
         raise outcome.fatal
     no_valid = None if outcome.interrupted else source.counts.no_valid_record()
