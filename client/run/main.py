@@ -132,6 +132,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     metrics = MetricsServer(args.metrics_host, args.metrics_port) if args.metrics_port is not None else None
     if metrics is not None:
         stack.callback(metrics.close)
+        metrics.show(stats.snapshot())  # zeros from the first scrape, not an empty page
         say(f"metrics: {metrics.url}")
     network = network_from(args)
     endpoints = [

@@ -114,6 +114,10 @@ class MetricsServer:
                               "choose another port, or 0 for any free one") from exc
         self.url = f"http://{host}:{self._server.server_port}/metrics"
 
+    def show(self, snap: StatsSnapshot) -> None:
+        """What the next scrape reads."""
+        self._collector.latest = snap
+
     async def publish(self, snapshot: Callable[[], StatsSnapshot], every_s: float = 1.0) -> None:
         """Until cancelled: a fresh snapshot for the scrapers every `every_s`."""
         while True:

@@ -1,0 +1,171 @@
+"""The live figures against what the servers say, and the `--metrics-port` endpoint, on a simulated fleet.
+
+Everything is read over HTTP, as a user's Prometheus would: the client's /metrics, parsed with
+prometheus_client's own text parser, and each simulated server's /metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from launch.sim.fleet import SimServerSpec
+from tests.conftest import REPO, client_command, make_prompts, read_results, wait_until
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def servers_generated(urls: list[str]) -> float:
+    """The fleet's generated tokens, as the servers count them."""
+    return sum(v for url in urls for (name, _), v in scrape(url + "/metrics").items()
+               if name == "sglang:generation_tokens_total")
+
+
+def start_client(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[Any], Path, str]:
+    stderr = tmp_path / "client.err"
+    with stderr.open("w") as sink:
+        proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=sink,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    found: list[str] = []
+
+    def announced() -> bool:
+        found[:] = re.findall(r"metrics: (http://127\.0\.0\.1:\d+/metrics)", stderr.read_text())
+        return bool(found)
+
+    wait_until(announced, "the metrics URL on stderr", proc=proc)
+    return proc, stderr, found[0]
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+@pytest.mark.timeout(180)
+def test_live_rate_follows_the_servers_before_any_request_finishes(fleet_factory: Any, tmp_path: Path) -> None:
+    # Replies far longer than max_tokens: every request runs ~50 s, so none finishes inside the window;
+    # three tokens per chunk (MTP), so counting chunks would be a third of the truth.
+    spec = SimServerSpec(max_running=8, speed=1.0, extra_args=("--mean-tokens", "60000", "--tokens-per-chunk", "3"))
+    fleet = fleet_factory([spec, spec])
+    prompts = make_prompts(tmp_path / "p.jsonl", 16)
+    proc, _, url = start_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
+                                 "--out", str(tmp_path / "out"), "--max-tokens", "6000", "--metrics-port", "0"],
+                                tmp_path)
+    try:
+        latest: dict[str, Samples] = {}
+
+        def streaming() -> bool:
+            latest["s"] = scrape(url)
+            return value(latest["s"], "regen_streamed_tokens_total") > 0
+
+        wait_until(streaming, "the first streamed tokens", proc=proc)
+        first_token = time.monotonic()
+        wait_until(lambda: value(scrape(url), "regen_tokens_per_second", window="15s") > 0,
+                   "a live tok/s above 0", timeout=5.0, proc=proc)
+        assert time.monotonic() - first_token <= 5.0
+
+        # The window: the client's streamed count and the servers' generated count, 20 s apart; the
+        # 15 s gauge at the end against the servers' last 15 s.
+        start = time.monotonic()
+        client_start, servers_start = value(scrape(url), "regen_streamed_tokens_total"), servers_generated(fleet.urls)
+        wait_until(lambda: time.monotonic() - start >= 5.0, "5 s into the window", proc=proc)
+        servers_at_5 = servers_generated(fleet.urls)
+        wait_until(lambda: time.monotonic() - start >= 20.0, "the end of the 20 s window", timeout=30.0, proc=proc)
+        end = scrape(url)
+        servers_end = servers_generated(fleet.urls)
+
+        assert value(end, "regen_requests_done_total") == 0, "a request finished inside the window"
+        client_tokens = value(end, "regen_streamed_tokens_total") - client_start
+        server_tokens = servers_end - servers_start
+        assert server_tokens > 1000
+        assert client_tokens == pytest.approx(server_tokens, rel=0.15)
+        servers_rate = (servers_end - servers_at_5) / 15.0
+        assert value(end, "regen_tokens_per_second", window="15s") == pytest.approx(servers_rate, rel=0.15)
+        # The servers' own figure, from the load poll, is shown beside ours.
+        assert value(end, "regen_server_tokens_per_second") == pytest.approx(servers_rate, rel=0.25)
+    finally:
+        stop(proc)
+
+
+_SUMMARY = re.compile(r"run ended after \S+: ([\d,]+) done, ([\d,]+) failed, ([\d,]+) retries, ([\d,]+) truncated "
+                      r"\(finish_reason length\), ([\d,]+) completion tokens")
+_COUNTERS = ("regen_requests_done_total", "regen_requests_failed_total", "regen_requests_retried_total",
+             "regen_requests_truncated_total", "regen_completion_tokens_total", "regen_prompt_tokens_total",
+             "regen_streamed_tokens_total")
+
+
+@pytest.mark.timeout(180)
+def test_metrics_counters_rise_and_end_at_the_summary(fleet_factory: Any, tmp_path: Path) -> None:
+    spec = SimServerSpec(max_running=8, speed=10.0, extra_args=("--fail-500", "0.1", "--mean-tokens", "300"))
+    fleet = fleet_factory([spec, spec])
+    prompts = make_prompts(tmp_path / "p.jsonl", 120)
+    out = tmp_path / "out"
+    proc, stderr, url = start_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
+                                      "--out", str(out), "--max-tokens", "400", "--metrics-port", "0",
+                                      "--metrics-linger", "60"], tmp_path)
+    scrapes: list[Samples] = []
+    deadline = time.monotonic() + 150
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                scrapes.append(scrape(url))
+            except OSError:
+                break  # the run ended and closed the endpoint after the final scrape
+            time.sleep(0.2)  # a scraper's interval, not a wait for an event
+        proc.wait(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode in (0, 1), stderr.read_text()[-2000:]
+    seen = [s for s in scrapes if ("regen_requests_done_total", ()) in s]
+    assert len(seen) >= 3
+    for name in _COUNTERS:
+        values = [value(s, name) for s in seen]
+        assert values == sorted(values), f"{name} went down: {values}"
+    match = _SUMMARY.search(stderr.read_text())
+    assert match is not None, stderr.read_text()[-2000:]
+    done, failed, retries, truncated, tokens = (int(g.replace(",", "")) for g in match.groups())
+    final = seen[-1]
+    assert value(final, "regen_requests_done_total") == done == len(read_results(out)) > 0
+    assert value(final, "regen_requests_failed_total") == failed
+    assert value(final, "regen_requests_retried_total") == retries > 0
+    assert value(final, "regen_requests_truncated_total") == truncated
+    assert value(final, "regen_completion_tokens_total") == tokens
+    assert value(final, "regen_in_flight") == 0
+    per_endpoint = sum(value(final, "regen_endpoint_requests_done_total", endpoint=u) for u in fleet.urls)
+    assert per_endpoint == done
+
+
+def test_metrics_port_in_use_is_refused_at_start(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        prompts = make_prompts(tmp_path / "p.jsonl", 2)
+        result = subprocess.run(client_command(["--simulate", "1", "--prompts", str(prompts), "--out",
+                                                str(tmp_path / "out"), "--metrics-port", str(port)]),
+                                cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    assert f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
