@@ -150,3 +150,20 @@ def test_kill_9_and_faults_in_nonstreaming_mode_keep_exactly_once(tmp_path: Path
     assert sum(r["attempts"] > 1 for r in records) > 0, "faults were injected, so some prompts were retried"
     failed = {f["id"] for f in read_failures(out)}
     assert not failed - set(counts)
+
+
+def test_a_stalled_nonstreaming_request_is_retried_at_its_deadline(tmp_path: Path, fleet_factory: Any) -> None:
+    """No byte comes before a non-streaming answer is whole, so a stall is found by the request's deadline
+    (--idle-timeout plus twice max_tokens at the slow planning rate), not by the idle timeout."""
+    fleet = fleet_factory([_sim("--stall-stream", "0.3", "--stall-seconds", "600", "--fault-seed", "5")])
+    prompts = make_prompts(tmp_path / "p.jsonl", 16, with_tools_every=0)
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(out),
+                         "--token-ids", "on", "--max-tokens", "8", "--idle-timeout", "1", "--max-attempts", "10",
+                         "--max-in-flight", "4"])
+    assert result.code == 0, result.stderr[-3000:]
+    records = read_results(out)
+    assert collections.Counter(r["id"] for r in records) == collections.Counter(f"p{i:06d}" for i in range(16))
+    assert any(r["attempts"] > 1 for r in records), "stalled requests were retried"
+    assert "retries 0 " not in result.stdout.splitlines()[-1]  # the last progress line counts the retries
+    assert not read_failures(out)

@@ -159,7 +159,10 @@ class Endpoint:
         return await self._abortable(self._complete_chat(body, deadline_s))
 
     async def _complete_chat(self, body: bytes, deadline_s: float) -> tuple[Completion, float | None]:
-        return await complete_chat(self._stream, CHAT_PATH, body, deadline_s=deadline_s, where=self.url), None
+        completion = await complete_chat(self._stream, CHAT_PATH, body, deadline_s=deadline_s, where=self.url)
+        # Without a stream the tokens arrive all at once: the live count takes them when the answer does.
+        self.counters.streamed_tokens += completion.completion_tokens
+        return completion, None
 
     async def _abortable(self, work: Coroutine[Any, Any, T]) -> T:
         """Run one request so that `abort_streams` can end it as a retryable StreamDropped."""
