@@ -157,6 +157,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
                                      prompt_paths=prompt_paths, before_preflight=check_settings,
                                      token_ids=args.token_ids)
         await gate.record(prompt_paths)
+        for counters in stats.endpoints:
+            counters.streamed_tokens = 0  # the preflight's one-token replies are not the run's work
         say(f"model {model} on {len(endpoints)} endpoint(s); thinking {'on' if settings.enable_thinking else 'off'}, "
             f"max_tokens {settings.max_tokens}, turns {args.turns}")
 
