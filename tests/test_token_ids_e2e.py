@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
@@ -167,3 +168,26 @@ def test_a_stalled_nonstreaming_request_is_retried_at_its_deadline(tmp_path: Pat
     assert any(r["attempts"] > 1 for r in records), "stalled requests were retried"
     assert "retries 0 " not in result.stdout.splitlines()[-1]  # the last progress line counts the retries
     assert not read_failures(out)
+
+
+@pytest.mark.parametrize("tokenizer", [True, False])
+def test_simulated_answer_has_sglang_shapes(fleet_factory: Any, tokenizer: bool) -> None:
+    """The simulated server's non-streaming answer in SGLang 0.5.23's layout (launch/sim/tokens.py)."""
+    url = fleet_factory([_sim(tokenizer=tokenizer)]).urls[0]
+    body = {"model": "default", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 30,
+            "stream": False, "return_token_ids": True, "return_prompt_token_ids": True,
+            "return_spec_tokens_details": True, "return_cached_tokens_details": True}
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).json()
+    choice, usage = answer["choices"][0], answer["usage"]
+    assert ("token_ids" in choice, "prompt_token_ids" in choice) == (tokenizer, tokenizer)
+    if tokenizer:
+        assert len(choice["token_ids"]) == usage["completion_tokens"]
+        assert len(choice["prompt_token_ids"]) == usage["prompt_tokens"]
+    spec = answer["sglext"]["spec_tokens_details"]
+    assert set(spec) >= {"spec_accept_rate", "spec_accept_length", "spec_verify_ct", "spec_num_correct_drafts",
+                         "spec_num_proposed_drafts", "spec_correct_drafts_histogram"}
+    cached = answer["sglext"]["cached_tokens_details"]
+    assert set(cached) == {"device", "host"}
+    assert usage["prompt_tokens_details"] == {"cached_tokens": cached["device"] + cached["host"]}
+    refused = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=30)
+    assert refused.status_code == 400 and "return_prompt_token_ids" in refused.text
