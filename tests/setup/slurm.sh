@@ -16,8 +16,16 @@ if [[ "$(uname -s)" != Linux ]]; then
     exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
-    echo "error: slurm.sh installs packages and runs slurmctld/slurmd as root: run it as root" >&2
-    exit 2
+    if sinfo -h >/dev/null 2>&1; then
+        echo "slurm.sh: not root; a SLURM cluster already answers, using it" >&2
+        exit 0
+    fi
+    if [[ ${CI:-} == true || ${CI:-} == 1 ]]; then
+        echo "error: slurm.sh installs packages and runs slurmctld/slurmd as root: run it as root" >&2
+        exit 2
+    fi
+    echo "slurm.sh: not root, so no SLURM cluster (the slurm tests skip; run it as root to get one)" >&2
+    exit 0
 fi
 
 readonly CONF=/etc/slurm/slurm.conf
@@ -72,7 +80,7 @@ SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 ReturnToService=2
 SchedulerParameters=batch_sched_delay=0
-KillWait=10
+KillWait=30
 MinJobAge=600
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
