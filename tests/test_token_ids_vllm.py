@@ -3,6 +3,7 @@ same request streams, with a fixed seed, sampling at temperature 1 from the rand
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -13,6 +14,7 @@ from client.core.records import Prompt
 from client.core.stats import EndpointCounters
 from client.wire.complete import as_nonstreaming
 from client.wire.endpoint import Endpoint
+from tests.conftest import read_results, run_client
 from tests.engines.vllm_server import VLLMServer
 
 PROMPTS = [
@@ -46,3 +48,25 @@ async def test_nonstreaming_and_streaming_ids_are_identical(vllm_random: VLLMSer
             assert (whole.reasoning, whole.content) == (streamed.reasoning, streamed.content)
     finally:
         await endpoint.aclose()
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(("mode", "with_ids"), [("on", True), ("off", False)])
+def test_token_ids_option_on_vllm_keeps_streaming(vllm_scripted: VLLMServer, tmp_path: Path, mode: str,
+                                                  with_ids: bool) -> None:
+    """vLLM streams its ids: `on` records them without leaving streaming, `off` never asks for them."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"id": f"q{i}", "messages": PROMPTS[i % 2]}) + b"\n" for i in range(3)))
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", vllm_scripted.url, "--prompts", str(prompts), "--out", str(out),
+                         "--max-tokens", "64", "--token-ids", mode], timeout=120)
+    assert result.code == 0, result.stderr[-3000:]
+    assert (f"--token-ids {mode}: 1 streaming with ids" if with_ids
+            else f"--token-ids {mode}: 1 streaming without ids") in result.stderr
+    records = read_results(out)
+    assert len(records) == 3
+    for record in records:
+        assert ("completion_token_ids" in record) is with_ids
+        assert record["timings"]["ttft_s"] is not None  # still streamed
+        if with_ids:
+            assert len(record["completion_token_ids"]) == record["usage"]["completion_tokens"]
