@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from launch.sim.config import DEFAULT_MODEL_NAME, FaultRates, SimConfig
 from launch.sim.server import serve_forever
@@ -111,7 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
-    a = build_parser().parse_args(argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a.tokenizer is not None:
+        folder = Path(a.tokenizer)
+        missing = [name for name in ("tokenizer.json", "tokenizer_config.json") if not (folder / name).is_file()]
+        if missing:
+            parser.error(f"--tokenizer {a.tokenizer}: no {' or '.join(missing)} there (a tokenizer directory has both)")
     faults = FaultRates(fail_500=a.fail_500, fail_429=a.fail_429, drop_stream=a.drop_stream,
                         stall_stream=a.stall_stream, error_event=a.error_event, retry_after=a.retry_after,
                         stall_seconds=a.stall_seconds)
