@@ -82,4 +82,5 @@ def no_ids_refusal(url: str, kind: str) -> ConfigError:
     return ConfigError(f"--token-ids on: {url} (server kind: {kind}) answered the preflight request without token "
                        "ids (no choices[0].token_ids), so the run would have no exact ids; nothing was sent. Use a "
                        "server that returns them (SGLang 0.5.23 or later without streaming, vLLM with "
-                       "return_token_ids), or --token-ids auto / off to run without them.")
+                       "return_token_ids; the simulated server with --tokenizer DIR, e.g. --sim-arg=--tokenizer "
+                       "--sim-arg=DIR), or --token-ids auto / off to run without them.")
