@@ -7,6 +7,7 @@ httptools, feeding a byte-level SSE parser that uses orjson). Client CPU is this
 (user + system) across the streaming phase; chunks are the SSE events received.
 
     python -m bench.client_cost [--streams 1000] [--requests 3000] [--mean-tokens 100] [--servers 4]
+    python -m bench.client_cost --clients ours-usage-at-end,ours   # the cost of continuous_usage_stats
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ import orjson
 
 from bench.report import emit
 from client.core.loop import event_loop_factory
-from client.core.payload import SamplingSettings, build_payload
+from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
 from client.core.stats import EndpointCounters
 from client.wire.endpoint import Endpoint
@@ -119,18 +121,24 @@ async def run_httpx(urls: list[str], streams: int, requests: int, max_tokens: in
             await c.aclose()
 
 
-async def run_ours(urls: list[str], streams: int, requests: int, max_tokens: int) -> Measurement:
+async def run_ours(urls: list[str], streams: int, requests: int, max_tokens: int, *,
+                   live_usage: bool = True) -> Measurement:
+    """`live_usage`: ask for stream_options.continuous_usage_stats (running usage on every chunk), as the
+    run does on SGLang and vLLM."""
     endpoints = [Endpoint(u, EndpointCounters(url=u, index=i), max_in_flight=streams) for i, u in enumerate(urls)]
     settings = SamplingSettings(max_tokens=max_tokens)
+    everything = FieldPolicy.everything()
+    policy = everything if live_usage else FieldPolicy(everything.extensions - {"continuous_usage_stats"})
 
     async def one(i: int) -> int:
         prompt = Prompt(id=str(i), messages=_messages(i), tools=None, meta=None, source="bench", line=i)
-        payload = orjson.dumps(build_payload(prompt, prompt.messages, settings, model=MODEL))
+        payload = orjson.dumps(build_payload(prompt, prompt.messages, settings, model=MODEL, policy=policy))
         await endpoints[i % len(endpoints)].stream_chat(payload)
         return 0
 
     try:
-        measured = await measure("regen-swarm (Protocol transport, orjson SSE)", streams, requests, one)
+        usage = "running usage per chunk" if live_usage else "usage at the end only"
+        measured = await measure(f"regen-swarm (Protocol transport, orjson SSE; {usage})", streams, requests, one)
         measured.chunks = sum(e.counters.chunks for e in endpoints)
         reads = sum(e.counters.reads for e in endpoints)
         print(f"ours: {measured.chunks / max(1, reads):.2f} SSE events per transport read", file=sys.stderr)
@@ -179,12 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         runners = {"openai": (run_openai, None), "httpx": (run_httpx, None), "ours-asyncio": (run_ours, None),
                    "floor": (run_aiohttp_floor, event_loop_factory()),
+                   "ours-usage-at-end": (partial(run_ours, live_usage=False), event_loop_factory()),
                    "ours": (run_ours, event_loop_factory())}
         for name in args.clients.split(","):
             runner, factory = runners[name]
             with asyncio.Runner(loop_factory=factory) as loop_runner:
                 measured = loop_runner.run(runner(fleet.urls, args.streams, args.requests, args.max_tokens))
-            if runner is run_ours:
+            if name.startswith("ours"):
                 measured.name += ", uvloop" if factory is not None else ", asyncio loop"
             results.append(measured)
             print(f"{results[-1].name}: {results[-1].chunks} chunks, {results[-1].us_per_chunk:.1f} us/chunk",
