@@ -4,9 +4,9 @@ If the prompt's last message is an assistant turn, that turn is the one being re
 from the request (and from the recorded messages) so the model writes it anew.
 
 Standard OpenAI fields always go out. The extension fields (`top_k`, `min_p`, `chat_template_kwargs`,
-`return_token_ids`, `stream_options.continuous_usage_stats`) go only where the run's `FieldPolicy` allows them, decided once at start from the
-kind of server (`--compat`); the recorded sampling block is built by the same policy, so a record says
-exactly what was sent.
+`return_token_ids`, `stream_options.continuous_usage_stats`) go only where the run's `FieldPolicy`
+allows them, decided once at start from the kind of server (`--compat`); the recorded sampling block is
+built by the same policy, so a record says exactly what was sent.
 """
 
 from __future__ import annotations
