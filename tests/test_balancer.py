@@ -74,6 +74,18 @@ sglang:num_queue_reqs{model_name="m",dp_rank="0"} 5.0
 sglang:generation_tokens_total{model_name="m"} 1.5e+06
 """
 
+SGLANG_MTP_METRICS = SGLANG_METRICS + b"""sglang:token_usage{model_name="m",dp_rank="0"} 0.25
+sglang:token_usage{model_name="m",dp_rank="1"} 0.75
+sglang:gen_throughput{model_name="m",dp_rank="0"} 800.0
+sglang:gen_throughput{model_name="m",dp_rank="1"} 700.0
+sglang:spec_accept_length{model_name="m",dp_rank="0"} 3.0
+sglang:spec_accept_length{model_name="m",dp_rank="1"} 2.0
+"""
+
+SGLANG_MTP_LOADS = b"""{"loads": [
+  {"dp_rank": 0, "num_running_reqs": 1, "speculative": {"accept_length": 3.5, "accept_rate": 0.8}},
+  {"dp_rank": 1, "num_running_reqs": 2, "speculative": {"accept_length": 2.5, "accept_rate": 0.5}}]}"""
+
 VLLM_METRICS = b"""# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="tiny"} 4.0
 vllm:num_requests_waiting{engine="0",model_name="tiny"} 9.0
@@ -88,7 +100,13 @@ vllm:generation_tokens_total{engine="0",model_name="tiny"} 321.0
      ServerLoad(7, 3)),
     (parse_metrics, SGLANG_METRICS, ServerLoad(15, 5, generation_tokens_total=1.5e6)),
     (parse_metrics, VLLM_METRICS, ServerLoad(4, 9, generation_tokens_total=321.0)),
-], ids=["v1-loads-dp2", "v1-loads-minimal", "get-load", "sglang-metrics", "vllm-metrics"])
+    (parse_metrics, VLLM_METRICS + b'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.4\n',
+     ServerLoad(4, 9, generation_tokens_total=321.0, token_usage=0.4)),
+    (parse_metrics, SGLANG_MTP_METRICS,
+     ServerLoad(15, 5, generation_tokens_total=1.5e6, token_usage=0.75, gen_throughput=1500.0, accept_length=2.5)),
+    (parse_v1_loads, SGLANG_MTP_LOADS, ServerLoad(3, 0, accept_length=3.0)),
+], ids=["v1-loads-dp2", "v1-loads-minimal", "get-load", "sglang-metrics", "vllm-metrics", "vllm-kv-cache",
+        "sglang-metrics-mtp", "v1-loads-mtp"])
 def test_load_parsers(parser: object, body: bytes, expected: ServerLoad) -> None:
     assert callable(parser)
     assert parser(body) == expected

@@ -24,7 +24,7 @@ def snapshot(**changes: Any) -> StatsSnapshot:
         base[field.name] = {"total": None, "eta_s": None, "gpu_hours_projected": None, "sync_lag": "",
                             "errors_by_kind": {}, "endpoints": (), "server_tokens_per_s": None, "cache_hit": None,
                             "gpu_hours_so_far": None, "expected_tokens_per_prompt": None,
-                            "sync_lag_s": None}.get(field.name, 0)
+                            "sync_lag_s": None, "accept_length": None}.get(field.name, 0)
     return StatsSnapshot(**{**base, **changes})
 
 
@@ -40,13 +40,15 @@ def snapshot(**changes: Any) -> StatsSnapshot:
     ({"gpu_hours_so_far": 3.14, "gpu_hours_projected": 12.345}, ["gpu-h 3.1/~12.3 retries"]),
     ({"gpu_hours_so_far": 0.5}, ["gpu-h 0.5/? retries"]),
     ({"cache_hit": 0.873}, ["truncated 0 cache-hit 87% endpoints"]),
+    ({"accept_length": 3.14159}, ["truncated 0 accept-len 3.14 endpoints"]),
     ({"retries": 3, "truncated": 1}, ["retries 3 truncated 1"]),
     ({"sync_lag": "2 seg"}, ["up sync:2 seg"]),
     ({"endpoints": (endpoint("http://a"), endpoint("http://b"))}, ["endpoints 2/2 up"]),
     ({"endpoints": (endpoint("http://a"), endpoint("http://b", "down", "connection refused"))},
      ["endpoints 1/2 up", " | http://b down: connection refused"]),
 ], ids=["quiet", "counts", "rates", "server-rate", "tokens-millions", "tokens-thousands", "eta-hours",
-        "eta-seconds", "gpu-hours", "gpu-hours-no-eta", "cache-hit", "retries", "sync", "all-up", "one-down"])
+        "eta-seconds", "gpu-hours", "gpu-hours-no-eta", "cache-hit", "accept-length", "retries", "sync", "all-up",
+        "one-down"])
 def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
     line = progress_line(snapshot(**changes))
     for part in parts:
@@ -55,7 +57,7 @@ def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
 
 
 @pytest.mark.parametrize(("changes", "absent"), [
-    ({}, ["gpu-h", "sync:", " | ", "servers", "cache-hit", "%)"]),
+    ({}, ["gpu-h", "sync:", " | ", "servers", "cache-hit", "accept-len", "%)"]),
     ({"endpoints": (endpoint("http://a", "up", "an old error"),)}, ["an old error"]),  # up: no error shown
 ])
 def test_progress_line_leaves_out_what_does_not_apply(changes: dict[str, Any], absent: list[str]) -> None:

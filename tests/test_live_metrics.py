@@ -103,6 +103,8 @@ def test_live_rate_follows_the_servers_before_any_request_finishes(fleet_factory
         assert value(end, "regen_tokens_per_second", window="15s") == pytest.approx(servers_rate, rel=0.15)
         # The servers' own figure, from the load poll, is shown beside ours.
         assert value(end, "regen_server_tokens_per_second") == pytest.approx(servers_rate, rel=0.25)
+        # And the MTP accept length they report (3 tokens per verify step here).
+        assert value(end, "regen_server_accept_length") == pytest.approx(3.0)
     finally:
         stop(proc)
 

@@ -40,6 +40,7 @@ class EndpointCounters:
     server_gen_rate: float | None = None  # tok/s the server reports itself (SGLang gen_throughput)
     server_generated: float | None = None  # the server's lifetime generated-tokens counter (/metrics)
     server_token_usage: float | None = None  # KV-cache use, 0..1
+    server_accept_length: float | None = None  # MTP: mean tokens per verify step the server reports
     last_error: str = ""
 
 
@@ -60,6 +61,7 @@ class EndpointSnapshot:
     server_tokens_per_s: float | None = None  # what the server says it generates, other traffic included
     token_usage: float | None = None
     cache_hit: float | None = None  # cached / prompt tokens of finished requests
+    accept_length: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class StatsSnapshot:
     gpu_hours_so_far: float | None = None
     expected_tokens_per_prompt: float | None = None
     sync_lag_s: float | None = None
+    accept_length: float | None = None  # the fleet's mean MTP accept length, where servers report it
 
     @property
     def remaining(self) -> int | None:
@@ -203,12 +206,13 @@ class RunStats:
                 done=e.done, errors=e.errors, tokens_per_s=short_rates[i] or 0.0,
                 server_running=e.server_running, server_waiting=e.server_waiting, last_error=e.last_error,
                 tokens_per_s_long=long_rates[i] or 0.0, server_tokens_per_s=server_own[i],
-                token_usage=e.server_token_usage,
+                token_usage=e.server_token_usage, accept_length=e.server_accept_length,
                 cache_hit=None if e.cached_tokens is None or not e.prompt_tokens else e.cached_tokens / e.prompt_tokens,
             )
             for i, e in enumerate(self.endpoints)
         )
         cached = _sum([None if e.cached_tokens is None else float(e.cached_tokens) for e in self.endpoints])
+        accepts = [e.server_accept_length for e in self.endpoints if e.server_accept_length is not None]
         return StatsSnapshot(
             elapsed_s=elapsed,
             total=self.total,
@@ -234,4 +238,5 @@ class RunStats:
             gpu_hours_so_far=None if not self.gpus else self.gpus * elapsed / 3600.0,
             expected_tokens_per_prompt=self.expected_tokens_per_prompt,
             sync_lag_s=self.sync_lag_s,
+            accept_length=sum(accepts) / len(accepts) if accepts else None,
         )

@@ -261,5 +261,6 @@ class Dispatcher:
         endpoint.counters.server_gen_rate = load.gen_throughput
         endpoint.counters.server_generated = load.generation_tokens_total
         endpoint.counters.server_token_usage = load.token_usage
+        endpoint.counters.server_accept_length = load.accept_length
         endpoint.counters.capacity = self.capacity(endpoint.index)
         await self._notify()

@@ -56,13 +56,14 @@ def progress_line(snap: StatsSnapshot) -> str:
     gpu_hours = _gpu_hours(snap)
     gpu = "" if gpu_hours is None else f" gpu-h {gpu_hours}"
     cache = "" if snap.cache_hit is None else f" cache-hit {_share(snap.cache_hit)}"
+    accept = "" if snap.accept_length is None else f" accept-len {snap.accept_length:.2f}"
     sync = f" sync:{snap.sync_lag}" if snap.sync_lag else ""
     up = sum(1 for e in snap.endpoints if e.state == "up")
     return (
         f"done {snap.done}/{total}{share} failed {snap.failed} in-flight {snap.in_flight} "
         f"tokens {_count(snap.streamed_tokens)} "
         f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}{servers}) "
-        f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{cache} "
+        f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{cache}{accept} "
         f"endpoints {up}/{len(snap.endpoints)} up{sync}"
     ) + "".join(f" | {e.url} {e.state}: {e.last_error}" for e in snap.endpoints if e.state != "up")
 
@@ -88,8 +89,8 @@ def _head(snap: StatsSnapshot) -> Table:
         Text(f"in flight {snap.in_flight:,}"),
         Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"),
         Text("" if snap.cache_hit is None else f"cache hit {_share(snap.cache_hit)}"),
+        Text("" if snap.accept_length is None else f"MTP accept length {snap.accept_length:.2f}"),
         Text(f"sync {snap.sync_lag}" if snap.sync_lag else ""),
-        Text(""),
     )
     return head
 

@@ -54,6 +54,7 @@ def metric_families(snap: StatsSnapshot) -> Iterator[Metric]:
     yield from _gauge("s3_lag_seconds", "Age of the oldest segment not yet in S3.", snap.sync_lag_s)
     yield from _gauge("server_tokens_per_second", "Generation tok/s the servers report, other traffic included.",
                       snap.server_tokens_per_s)
+    yield from _gauge("server_accept_length", "Mean MTP accept length the servers report.", snap.accept_length)
     yield from _gauge("gpu_hours", "GPU-hours so far (--gpus).", snap.gpu_hours_so_far)
     yield from _gauge("gpu_hours_projected", "GPU-hours at the end, projected (--gpus).", snap.gpu_hours_projected)
     yield from _endpoint_families(snap)
@@ -73,6 +74,8 @@ def _endpoint_families(snap: StatsSnapshot) -> Iterator[Metric]:
                                     "Generation tok/s the server reports.", labels=label)
     kv = GaugeMetricFamily(f"{PREFIX}_endpoint_kv_cache_usage", "KV-cache use reported by the server, 0..1.",
                            labels=label)
+    accept = GaugeMetricFamily(f"{PREFIX}_endpoint_server_accept_length", "MTP accept length the server reports.",
+                               labels=label)
     for e in snap.endpoints:
         done.add_metric([e.url], e.done)
         errors.add_metric([e.url], e.errors)
@@ -80,10 +83,11 @@ def _endpoint_families(snap: StatsSnapshot) -> Iterator[Metric]:
         in_flight.add_metric([e.url], e.in_flight)
         rate.add_metric([e.url], e.tokens_per_s)
         for family, value in ((running, e.server_running), (queue, e.server_waiting),
-                              (server_rate, e.server_tokens_per_s), (kv, e.token_usage)):
+                              (server_rate, e.server_tokens_per_s), (kv, e.token_usage),
+                              (accept, e.accept_length)):
             if value is not None:
                 family.add_metric([e.url], value)
-    yield from (done, errors, up, in_flight, rate, running, queue, server_rate, kv)
+    yield from (done, errors, up, in_flight, rate, running, queue, server_rate, kv, accept)
 
 
 class _SnapshotCollector(Collector):

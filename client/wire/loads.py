@@ -5,6 +5,7 @@ and Prometheus `/metrics` from SGLang or vLLM. No I/O here; the dispatcher polls
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ class ServerLoad:
     token_usage: float | None = None
     gen_throughput: float | None = None
     generation_tokens_total: float | None = None
+    accept_length: float | None = None  # MTP/speculative: mean tokens per verify step, over the ranks
 
 
 class LoadFormatError(ValueError):
@@ -44,10 +46,13 @@ def parse_v1_loads(body: bytes) -> ServerLoad:
     capacity = sum(int(x) for x in limits) if all(isinstance(x, int) and x > 0 for x in limits) else None
     usages = [float(r["token_usage"]) for r in ranks if isinstance(r.get("token_usage"), int | float)]
     throughputs = [float(r["gen_throughput"]) for r in ranks if isinstance(r.get("gen_throughput"), int | float)]
+    accepts = [float(spec["accept_length"]) for r in ranks
+               if isinstance(spec := r.get("speculative"), dict) and isinstance(spec.get("accept_length"), int | float)]
     return ServerLoad(
         running=running, waiting=waiting, capacity=capacity,
         token_usage=max(usages) if usages else None,
         gen_throughput=sum(throughputs) if throughputs else None,
+        accept_length=sum(accepts) / len(accepts) if accepts else None,
     )
 
 
@@ -74,9 +79,14 @@ _ENGINES = (
 )
 
 
+# SGLang's gauge (metrics/collector.py, SchedulerMetricsCollector): mean accepted length, one sample per rank.
+_ACCEPT_LENGTH = "sglang:spec_accept_length"
+
+
 def parse_metrics(text: bytes) -> ServerLoad:
     """Prometheus text; sums every sample of a family (one per DP rank or engine)."""
     sums: dict[str, float] = {}
+    samples: Counter[str] = Counter()
     highest: dict[str, float] = {}  # gauges of a share (cache use) are per rank: the fullest rank counts
     for raw in text.decode("utf-8", "replace").splitlines():
         if not raw or raw.startswith("#"):
@@ -90,13 +100,16 @@ def parse_metrics(text: bytes) -> ServerLoad:
         except ValueError:
             continue
         sums[name] = sums.get(name, 0.0) + value
+        samples[name] += 1
         highest[name] = max(highest.get(name, value), value)
     for running, waiting, generated, usage_names in _ENGINES:
         if running in sums:
             usage = next((highest[name] for name in usage_names if name in highest), None)
+            accept = _ACCEPT_LENGTH
             return ServerLoad(running=int(sums[running]), waiting=int(sums.get(waiting, 0.0)),
                               generation_tokens_total=sums.get(generated), token_usage=usage,
-                              gen_throughput=sums.get("sglang:gen_throughput"))
+                              gen_throughput=sums.get("sglang:gen_throughput"),
+                              accept_length=sums[accept] / samples[accept] if samples[accept] else None)
     raise LoadFormatError("/metrics: no known running/waiting gauges (is --enable-metrics on?)")
 
 

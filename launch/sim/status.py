@@ -134,6 +134,9 @@ def metrics(engine: Engine) -> str:
     family("sglang:token_usage", "gauge", "The token usage.", lambda r: r.used_tokens / c.max_total_tokens)
     family("sglang:gen_throughput", "gauge", "The generation throughput (token/s).",
            lambda r: r.stats.gen_throughput)
+    if c.tokens_per_chunk > 1:
+        family("sglang:spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
+               lambda r: float(c.tokens_per_chunk))
     family("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            lambda r: r.stats.prompt_tokens)
     family("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.",
