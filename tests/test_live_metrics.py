@@ -61,6 +61,7 @@ def stop(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_live_rate_follows_the_servers_before_any_request_finishes(fleet_factory: Any, tmp_path: Path) -> None:
     # Replies far longer than max_tokens: every request runs ~50 s, so none finishes inside the window;
@@ -116,6 +117,7 @@ _COUNTERS = ("regen_requests_done_total", "regen_requests_failed_total", "regen_
              "regen_streamed_tokens_total")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_metrics_counters_rise_and_end_at_the_summary(fleet_factory: Any, tmp_path: Path) -> None:
     spec = SimServerSpec(max_running=8, speed=10.0, extra_args=("--fail-500", "0.1", "--mean-tokens", "300"))

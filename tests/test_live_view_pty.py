@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pexpect
 import pyte
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 ROWS, COLUMNS = 24, 170
@@ -55,6 +56,7 @@ def capture_screen(tmp: Path, *, settle_done: int = 8, timeout_s: float = 90.0) 
         child.close()
 
 
+@pytest.mark.slow
 def test_live_view_shows_bar_rates_and_endpoints(tmp_path: Path) -> None:
     text = capture_screen(tmp_path)
     assert re.search(r"━{5,}", text), "no progress bar"  # rich's bar glyph
