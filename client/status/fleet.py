@@ -1,13 +1,14 @@
 """The status of a run across its shards, from the writers' manifests in S3 alone (no segment is read).
 
 Per shard: its writers and hosts, the state of its newest writer, the last manifest update, done,
-failed, tokens, the rate over the last hour (from the segments' upload times), what remains (with
+failed, tokens, the rate over the last hour (records per second, from the segments' upload times), what remains (with
 --prompts) and whether it is complete or stale. A shard is **stale** when its newest writer says
 "running" but has not rewritten its manifest (the uploader's heartbeat, once per sync interval) for
 `stale_after` sync intervals plus a minute: its client is gone without saying so (a killed node, a lost
 pod). A shard is **complete** when nothing of it remains (with --prompts), else when its newest writer
 finished with no failure. Shards that the shard counts in use expect but no manifest names are listed as
-missing (not started yet, or never). The fleet line adds the totals and the ETA from the summed rates.
+missing (not started yet, or never). The fleet line adds the totals and the ETA: what remains over the
+summed rates of the shards that are not stale.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class FleetStatus:
 
     @property
     def rate(self) -> float:
-        return sum(r.rate(self.now) for r in self.rows)
+        """Records per second of the shards still working: a stale shard's client is gone."""
+        return sum(r.rate(self.now) for r in self.rows if not r.stale(self.now, self.stale_after))
 
     @property
     def eta_s(self) -> float | None:
@@ -203,7 +205,7 @@ def render(prefix: str, status: FleetStatus) -> Table:
     now = status.now
     table = Table(title=f"{prefix}  ({len(status.rows)} shard(s))", header_style="bold", show_edge=False)
     left = ("shard", "hosts", "state", "manifest updated")
-    for column in ("shard", "hosts", "state", "manifest updated", "done", "failed", "tokens", "rate/s",
+    for column in ("shard", "hosts", "state", "manifest updated", "done", "failed", "tokens", "done/s",
                    "remaining"):
         table.add_column(column, justify="left" if column in left else "right")
     for r in status.rows:
