@@ -40,11 +40,12 @@ WEATHER_TOOL: dict[str, Any] = {"type": "function", "function": {
 # -- engines: markers, CI, time limits ----------------------------------------------------------------
 
 # The fixtures that need each engine; a test that uses one must carry the engine's marker, so that
-# `-m "not vllm and not sglang"` deselects exactly the tests that cannot run without the engines.
+# `-m "not vllm and not sglang and not slurm"` deselects exactly the tests that cannot run without the engines.
 ENGINE_FIXTURES = {
     "vllm": {"vllm_venv_python", "tiny_model_dirs", "tiny_script", "vllm_server_factory", "vllm_scripted",
              "vllm_random"},
     "sglang": {"sglang_parser"},
+    "slurm": {"slurm_cluster"},  # tests/test_slurm.py
 }
 # A vLLM test may be the one that builds the tiny models (up to 300 s) and starts a server (up to 180 s).
 VLLM_TIMEOUT_S = 600
@@ -72,7 +73,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("vllm") and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(VLLM_TIMEOUT_S))
     if unmarked:
-        raise pytest.UsageError("tests that need an engine must carry its marker (vllm or sglang):\n  "
+        raise pytest.UsageError("tests that need an engine must carry its marker (vllm, sglang or slurm):\n  "
                                 + "\n  ".join(unmarked))
 
 
