@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from client.core.ids import shard_of
+from client.local.run_settings import RunRecord, shaping_settings, write_run_file
 from client.status.local import lock_state
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, wait_for_records
@@ -123,3 +124,22 @@ def test_refusals_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_turns_all_counts_finished_conversations(tmp_path: Path) -> None:
+    now = time.time()
+    out = tmp_path / "out"
+    out.mkdir()
+    settings = shaping_settings(model="m", sampling={"max_tokens": 64}, thinking=True, turns="all", fields=[])
+    write_run_file(out, RunRecord(settings, (), now - 600, "r1"))
+    # c1 is over (its last event has the `!`), c2 is at its second turn, c3 has not started.
+    write_segment(out, "h-0of1-20260101T000000-abcd-000001.jsonl",
+                  [("c1#1", now - 300, 10), ("c1#2!", now - 200, 10), ("c2#1", now - 100, 10)])
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"id": i, "messages": []}) + b"\n" for i in ("c1", "c2", "c3")))
+    code, doc, stderr = status(out, "--prompts", str(prompts))
+    assert code == 0, stderr
+    assert doc["counts"] == "conversations" and doc["records"] == 3
+    assert doc["done"] == 1 and doc["prompts"] == 3 and doc["remaining"] == 2
+    assert doc["records_in_window"] == 1, "the rate counts finished conversations"
+    assert doc["completion_tokens"] == 30

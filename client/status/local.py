@@ -6,7 +6,8 @@ settings; `failures/` for the ids still failed; and the lock file for whether a 
 directory now (the holder it names, on this host, with its pid alive). With --prompts it counts the total
 (the shard's, when the segments all carry one shard K/N with N > 1), what remains and the ETA from the
 rate over the last hour (the records whose `created` falls in the last hour, or since the first record
-when that is sooner).
+when that is sooner). A run with `--turns all` (run.json's `turns`) counts conversations: one is done
+when the event that ends it (`<id>#<turn>!`) is written, and the rate is of finished conversations.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from client.core.errors import ConfigError
 from client.local.lock import LOCK_FILE, Holder
 from client.local.run_settings import read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
+from client.run.conversation import parse_event_id
 from client.status.fleet import RATE_WINDOW_S, count_prompts
 
 # `<host>-<K>of<N>-<run id>-<seq>`: the run id is `YYYYmmddTHHMMSS-xxxx` (client.local.sink).
@@ -98,6 +100,7 @@ class LocalStatus:
     torn: int = 0
     corrupt: int = 0
     total: int | None = None
+    conversations: bool = False  # --turns all: done and the rate count finished conversations
 
     @property
     def done(self) -> int:
@@ -149,7 +152,14 @@ def _number(value: object) -> int:
 
 def _add_record(status: LocalStatus, record: dict[str, Any]) -> None:
     status.records += 1
-    status.done_ids.add(record["id"])
+    finished = True
+    if status.conversations:
+        key = parse_event_id(record["id"])
+        finished = key is not None and key.last
+        if finished and key is not None:
+            status.done_ids.add(key.conversation_id)
+    else:
+        status.done_ids.add(record["id"])
     raw_usage = record.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     tokens = _number(usage.get("completion_tokens"))
@@ -160,7 +170,7 @@ def _add_record(status: LocalStatus, record: dict[str, Any]) -> None:
         status.first_created = created if status.first_created is None else min(status.first_created, created)
         status.last_created = created if status.last_created is None else max(status.last_created, created)
         if status.now - created <= RATE_WINDOW_S:
-            status.recent_records += 1
+            status.recent_records += int(finished)
             status.recent_tokens += tokens
 
 
@@ -194,6 +204,7 @@ def read_local(out: Path, prompt_paths: Sequence[Path], *, now: float) -> LocalS
                           "--out a client.run wrote to")
     status = LocalStatus(str(out), now, lock_state(out))
     if run is not None:
+        status.conversations = run.settings.get("turns") == "all"
         status.run = {"run": run.run, "created": run.created, "settings": run.settings,
                       "prompts": [p.path for p in run.prompts], "changes": len(run.history)}
     if has_segments:
@@ -224,6 +235,7 @@ def as_json(status: LocalStatus) -> dict[str, Any]:
                                                            "pid": status.lock.holder.pid,
                                                            "started": status.lock.holder.started},
         "run": status.run,
+        "counts": "conversations" if status.conversations else "prompts",
         "shard": None if status.shard is None else f"{status.shard[0]}/{status.shard[1]}",
         "segments": status.segments, "records": status.records, "done": status.done, "failed": status.failed,
         "completion_tokens": status.completion_tokens, "prompt_tokens": status.prompt_tokens,
@@ -249,12 +261,15 @@ def render(status: LocalStatus) -> Table:
         table.add_row("shard", f"{status.shard[0]}/{status.shard[1]}")
     total = "?" if status.total is None else f"{status.total:,}"
     percent = "" if not status.total else f" ({100.0 * status.done / status.total:.1f}%)"
-    table.add_row("done", f"{status.done:,} / {total}{percent} in {status.segments} segment(s)")
+    unit = " conversations" if status.conversations else ""
+    table.add_row("done", f"{status.done:,} / {total}{unit}{percent}: {status.records:,} record(s) in "
+                          f"{status.segments} segment(s)")
     if status.failed:
         table.add_row("failed", f"{status.failed:,} (sent again by the next run)")
     table.add_row("tokens", f"{status.completion_tokens:,} completion, {status.prompt_tokens:,} prompt")
     window = format_duration(status.window_s)
-    table.add_row("rate", f"{status.rate * 3600:,.0f} records/h, {status.token_rate:,.0f} tok/s (last {window})")
+    what = "conversations" if status.conversations else "records"
+    table.add_row("rate", f"{status.rate * 3600:,.0f} {what}/h, {status.token_rate:,.0f} tok/s (last {window})")
     if status.last_created is not None:
         table.add_row("last record", f"{format_duration(max(0.0, status.now - status.last_created))} ago")
     eta = status.eta_s
