@@ -129,6 +129,9 @@ def test_indexed_job_shards_and_endpoints() -> None:
     count = int(env["REGEN_SHARD_COUNT"]["value"])
     assert spec["completions"] == count == spec["parallelism"], "the shard count is the Job's completions"
     assert "--shard auto" in c["args"][0]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never" and spec["backoffLimitPerIndex"] > 0
+    (rule,) = spec["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailIndex" and rule["onExitCodes"]["values"] == [2, 3], "bad options are not retried"
     per_shard = int(env["SERVERS_PER_SHARD"]["value"])
     assert count * per_shard == sts["spec"]["replicas"], "every server is driven by exactly one shard"
     name, service, port = sts["metadata"]["name"], svc["metadata"]["name"], svc["spec"]["ports"][0]["port"]
