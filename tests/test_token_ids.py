@@ -12,7 +12,7 @@ from client.core.errors import AttemptError, ConfigError, NotJSON, StreamDropped
 from client.core.payload import FieldPolicy
 from client.core.stats import EndpointCounters
 from client.fleet.token_ids import configure, effective_kind, ids_policy
-from client.run.deadline import INITIAL_RATE, MIN_SAMPLES, SAFETY, DecodeDeadline
+from client.run.deadline import INITIAL_RATE, MAX_DOUBLINGS, MIN_SAMPLES, SAFETY, DecodeDeadline
 from client.wire.complete import as_nonstreaming, parse_completion, spec_from
 from client.wire.endpoint import Endpoint
 from launch.sim.tokens import DRAFT_TOKENS, cached_tokens, spec_details
@@ -126,6 +126,28 @@ def test_deadline(samples: list[tuple[int, float]], max_tokens: int, floor: floa
     for tokens, seconds in samples:
         deadline.observe(tokens, seconds)
     assert deadline.deadline(max_tokens, floor) == pytest.approx(expected)
+
+
+def test_a_slow_endpoint_keeps_its_own_longer_deadline() -> None:
+    """One slow server among fast ones (under a tenth of the replies) is not held to the fleet's rate."""
+    deadline = DecodeDeadline()
+    for _ in range(100):
+        deadline.observe(2000, 10.0, 0)  # 200 tok/s
+    for _ in range(MIN_SAMPLES):
+        deadline.observe(200, 10.0, 1)  # 20 tok/s
+    assert deadline.rate(0) == pytest.approx(200.0)
+    assert deadline.rate(1) == pytest.approx(20.0)
+    assert deadline.deadline(4000, 0.0, endpoint=1) == pytest.approx(SAFETY * 4000 / 20)
+    # A fast endpoint is never planned faster than the fleet: the fleet's slow tail bounds it.
+    deadline.observe(1, 1.0, 2)
+    assert deadline.rate(2) == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize(("missed", "factor"), [(0, 1), (1, 2), (2, 4), (5, 2 ** MAX_DOUBLINGS)])
+def test_a_missed_deadline_lengthens_the_next(missed: int, factor: int) -> None:
+    """A reply slower than planned is given more time on its retry, so long replies are not lost."""
+    deadline = DecodeDeadline()
+    assert deadline.deadline(1000, 10.0, missed=missed) == pytest.approx(factor * (10.0 + SAFETY * 1000 / INITIAL_RATE))
 
 
 SGL = FieldPolicy(frozenset({"top_k", "chat_template_kwargs"}), "sglang")

@@ -5,14 +5,17 @@ tiny Qwen3-style tokenizer of tests/tokenizer_fixture.py; the checks re-render w
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
@@ -191,3 +194,53 @@ def test_simulated_answer_has_sglang_shapes(fleet_factory: Any, tokenizer: bool)
     assert usage["prompt_tokens_details"] == {"cached_tokens": cached["device"] + cached["host"]}
     refused = httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=30)
     assert refused.status_code == 400 and "return_prompt_token_ids" in refused.text
+
+
+@pytest.mark.slow
+def test_a_reply_slower_than_its_first_deadline_is_kept_on_a_retry(tmp_path: Path, fleet_factory: Any) -> None:
+    """Every reply takes ~6 s (a stall), longer than the first deadline (1 + 2 * 8 / 5 = 4.2 s) and shorter
+    than the doubled one a retry gets: the long replies are not lost to a deadline that was planned too short."""
+    fleet = fleet_factory([_sim("--stall-stream", "1", "--stall-seconds", "6")])
+    prompts = make_prompts(tmp_path / "p.jsonl", 4, with_tools_every=0)
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(out),
+                         "--token-ids", "on", "--max-tokens", "8", "--idle-timeout", "1", "--max-attempts", "2",
+                         "--circuit-failures", "100", "--max-in-flight", "4"])
+    assert result.code == 0, result.stderr[-3000:]
+    records = read_results(out)
+    assert sorted(r["id"] for r in records) == [f"p{i:06d}" for i in range(4)]
+    assert all(r["attempts"] == 2 for r in records), [r["attempts"] for r in records]
+    assert not read_failures(out)
+
+
+async def test_the_deadline_of_a_request_in_flight_follows_its_revision(fleet_factory: Any) -> None:
+    """The deadline is asked again while the request is out: it can grow (the reply is kept) and shrink
+    (a stalled request is found without waiting out the deadline it started with)."""
+    from client.core.errors import StreamStalled
+    from client.wire.complete import complete_chat
+    from client.wire.transport import StreamingTransport
+
+    fast, stalled = fleet_factory([_sim(), _sim("--stall-stream", "1", "--stall-seconds", "600")]).urls
+    body = orjson.dumps({"model": "default", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 30,
+                         "stream": False})
+
+    def revised(first: float, then: float) -> Callable[[], float]:
+        asked = iter([first])
+        return lambda: next(asked, then)
+
+    transport = StreamingTransport(fast, headers={"content-type": "application/json"})
+    try:
+        # Starts with 0.2 s, far less than the reply's ~1 s, and is given 120 s at the first revision.
+        completion = await complete_chat(transport, "/v1/chat/completions", body, deadline_s=revised(0.2, 120.0),
+                                         where=fast, revise_s=0.05)
+        assert completion.finish_reason in ("stop", "length")
+    finally:
+        transport.close()
+    transport = StreamingTransport(stalled, headers={"content-type": "application/json"})
+    try:
+        async with asyncio.timeout(60):  # the deadline it started with is an hour
+            with pytest.raises(StreamStalled, match=r"no answer from .* within"):
+                await complete_chat(transport, "/v1/chat/completions", body, deadline_s=revised(3600.0, 0.5),
+                                    where=stalled, revise_s=0.05)
+    finally:
+        transport.close()

@@ -3,7 +3,8 @@
 Retries follow the error class (client.core.errors): connection errors, 5xx, 429 (honouring Retry-After), a
 dropped, stalled or error-event stream are tried again on any healthy endpoint, preferring another one;
 4xx is permanent. A non-streaming request (--token-ids on, SGLang) past its deadline (client.run.deadline)
-counts as a stalled stream. A stop request ends the wait between attempts at once.
+counts as a stalled stream, and the prompt's next attempt gets a longer deadline. A stop request ends the
+wait between attempts at once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from client.core.errors import AttemptError, RateLimited
+from client.core.errors import AttemptError, RateLimited, StreamStalled
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
@@ -96,6 +97,7 @@ class Generator:
                        prefer: int | None = None) -> Generation:
         """`prefer`: the endpoint to use while it is up (a conversation's earlier turns went there)."""
         attempts = 0
+        missed = 0  # deadlines (or idle timeouts) this prompt has missed
         queued_s = 0.0
         started = time.monotonic()
         last: Endpoint | None = None
@@ -121,23 +123,31 @@ class Generator:
                         raise Abandoned from None
                     queued_s += time.monotonic() - waited_from
                     last = endpoint
-                    completion, ttft = await self._attempt(endpoint, prompt, messages, attempts)
+                    try:
+                        completion, ttft = await self._attempt(endpoint, prompt, messages, attempts, missed)
+                    except StreamStalled:
+                        missed += 1  # a non-streaming retry gets a longer deadline (client.run.deadline)
+                        raise
         except AttemptError as exc:
             raise GenerationFailed(exc, attempts, last) from exc
         assert last is not None
         return Generation(completion, last, attempts, queued_s, ttft, time.monotonic() - started)
 
     async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
-                       attempt: int) -> tuple[Completion, float | None]:
+                       attempt: int, missed: int = 0) -> tuple[Completion, float | None]:
         payload = build_payload(prompt, messages, self.settings, model=self.model,
                                 return_token_ids=endpoint.supports_token_ids, policy=self.policy)
         try:
             if endpoint.nonstreaming:
                 started = time.monotonic()
                 body = orjson.dumps(as_nonstreaming(payload, details=endpoint.sglang_details))
-                result = await endpoint.complete_chat(
-                    body, self.deadline.deadline(self.settings.max_tokens, endpoint.idle_timeout))
-                self.deadline.observe(result[0].completion_tokens, time.monotonic() - started)
+                max_tokens, floor_s, key = self.settings.max_tokens, endpoint.idle_timeout, endpoint.index
+
+                def deadline() -> float:  # asked again while the request is out: the measured rate moves
+                    return self.deadline.deadline(max_tokens, floor_s, endpoint=key, missed=missed)
+
+                result = await endpoint.complete_chat(body, deadline)
+                self.deadline.observe(result[0].completion_tokens, time.monotonic() - started, key)
             else:
                 result = await endpoint.stream_chat(orjson.dumps(payload))
         except AttemptError as exc:

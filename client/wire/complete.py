@@ -13,12 +13,14 @@ request's MTP accept length, accept rate, verify steps and draft counts) and `ca
 The request goes over the streaming transport (client.wire.transport), so a non-streaming request shares
 its connections, TLS, proxies and error mapping. Nothing arrives until the reply is whole, so there is no
 idle timeout to speak of: the caller gives a deadline for the whole request instead (client.run.deadline),
-and a request past it fails as StreamStalled, which is retried like a stalled stream.
+as a number or as a function that is asked again every `revise_s` seconds while the request is out (the
+measured rate moves), and a request past it fails as StreamStalled, which is retried like a stalled stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -133,16 +135,44 @@ def parse_completion(body: bytes, where: str, content_type: str | None = None) -
     )
 
 
-async def complete_chat(transport: StreamingTransport, path: str, body: bytes, *, deadline_s: float,
-                        where: str) -> Completion:
-    """POST one non-streaming chat completion; StreamStalled when no whole answer came within `deadline_s`."""
+# The connection's own idle timer must never fire first: nothing arrives until the answer is whole, and the
+# deadline may be moved later while the request is out.
+_NO_IDLE_LIMIT_S = 30 * 86400.0
+REVISE_S = 30.0
+
+
+async def complete_chat(transport: StreamingTransport, path: str, body: bytes, *,
+                        deadline_s: float | Callable[[], float], where: str, revise_s: float = REVISE_S) -> Completion:
+    """POST one non-streaming chat completion; StreamStalled when no whole answer came within its deadline.
+
+    `deadline_s`: seconds from the start the request may take, or a function giving them, asked again
+    every `revise_s` seconds, so the deadline of a request in flight follows what it is computed from."""
+    limit: Callable[[], float] = deadline_s if callable(deadline_s) else lambda: deadline_s
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    allowed = limit()
     parts: list[bytes] = []
     try:
-        async with asyncio.timeout(deadline_s):
-            # The idle timer must not fire before the deadline: nothing arrives until the answer is whole.
-            response = await transport.post(path, body, parts.append, idle_timeout=deadline_s + 5.0)
+        async with asyncio.timeout_at(started + allowed) as timer:
+            revision: asyncio.TimerHandle | None = None
+
+            def revise() -> None:
+                nonlocal allowed, revision
+                if timer.expired():
+                    return
+                allowed = limit()
+                timer.reschedule(started + allowed)  # a time already past expires it at once
+                revision = loop.call_later(revise_s, revise)
+
+            if callable(deadline_s):
+                revision = loop.call_later(revise_s, revise)
+            try:
+                response = await transport.post(path, body, parts.append, idle_timeout=_NO_IDLE_LIMIT_S)
+            finally:
+                if revision is not None:
+                    revision.cancel()
     except TimeoutError:
-        raise StreamStalled(f"no answer from {where} within {deadline_s:.0f}s, the deadline for this request's "
+        raise StreamStalled(f"no answer from {where} within {allowed:.0f}s, the deadline for this request's "
                             "max_tokens at the measured decode rate") from None
     if response.status != 200:
         raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))

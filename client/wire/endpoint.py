@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import httpx
@@ -154,11 +154,14 @@ class Endpoint:
         """
         return await self._abortable(self._stream_chat(body))
 
-    async def complete_chat(self, body: bytes, deadline_s: float) -> tuple[Completion, float | None]:
-        """POST one non-streaming chat completion (client.wire.complete); no time to first token exists."""
+    async def complete_chat(self, body: bytes,
+                            deadline_s: float | Callable[[], float]) -> tuple[Completion, float | None]:
+        """POST one non-streaming chat completion (client.wire.complete); no time to first token exists.
+        `deadline_s`: seconds, or a function of them that is asked again while the request is out."""
         return await self._abortable(self._complete_chat(body, deadline_s))
 
-    async def _complete_chat(self, body: bytes, deadline_s: float) -> tuple[Completion, float | None]:
+    async def _complete_chat(self, body: bytes,
+                             deadline_s: float | Callable[[], float]) -> tuple[Completion, float | None]:
         completion = await complete_chat(self._stream, CHAT_PATH, body, deadline_s=deadline_s, where=self.url)
         # Without a stream the tokens arrive all at once: the live count takes them when the answer does.
         self.counters.streamed_tokens += completion.completion_tokens
