@@ -22,6 +22,7 @@ import pytest
 from client.export.render import ChatTokenizer, render_record
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_failures, read_results, run_client, wait_for_records
+from tests.servers.harness import ServerGroup
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 IDS = ("prompt_token_ids", "completion_token_ids")
@@ -244,3 +245,20 @@ async def test_the_deadline_of_a_request_in_flight_follows_its_revision(fleet_fa
                                     where=stalled, revise_s=0.05)
     finally:
         transport.close()
+
+
+def test_a_refusal_of_the_id_fields_names_token_ids_off(tmp_path: Path) -> None:
+    """A server that refuses the fields --token-ids on sends (the ids, SGLang's figures) is told apart from
+    one that refuses the field set: the fix named is --token-ids, never an option that does not exist."""
+    prompts = make_prompts(tmp_path / "p.jsonl", 3)
+    with ServerGroup(tmp_path) as group:
+        server = group.oddserver("strict400")
+        result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out"),
+                             "--compat", "sglang", "--token-ids", "on", "--top-k", "none", "--min-p", "none"])
+    assert result.code == 2, result.stderr[-3000:]
+    assert "Refused field(s): chat_template_kwargs, return_token_ids, return_spec_tokens_details" in result.stderr
+    fixes = result.stderr[result.stderr.index("Change this with"):]
+    assert "--token-ids off (or auto)" in fixes
+    assert "--compat openai --token-ids off" in fixes  # --compat openai alone is refused under --token-ids on
+    assert "leaving out" not in fixes and "--compat sglang" not in fixes
+    assert not read_results(tmp_path / "out")

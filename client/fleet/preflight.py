@@ -20,6 +20,7 @@ import orjson
 from client.core.errors import AttemptError, ConfigError, RequestRejected
 from client.core.payload import FieldPolicy, SamplingSettings
 from client.fleet.token_ids import no_ids_refusal
+from client.wire.complete import SGLANG_DETAIL_FIELDS
 from client.wire.endpoint import Endpoint
 
 SGLANG, VLLM, OTHER = "sglang", "vllm", "other"
@@ -42,6 +43,10 @@ _FIX_FOR_FIELD = {
     "seed": "leaving out --seed",
     "tools": "a prompt set without tools",
 }
+# The fields that ask for token ids and SGLang's figures (client.fleet.token_ids, client.wire.complete):
+# only --token-ids leaves them out.
+_ID_FIELDS = frozenset({"return_token_ids", "return_prompt_token_ids", *SGLANG_DETAIL_FIELDS})
+_NO_IDS_FIX = "--token-ids off (or auto)"
 
 
 def kind_from_models(document: Any) -> str | None:
@@ -127,7 +132,8 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
                 completion, _ = await (endpoint.complete_chat(body, limit_s) if endpoint.nonstreaming
                                        else endpoint.stream_chat(body))
         except RequestRejected as exc:
-            raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc) from None
+            raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc,
+                           require_ids=require_ids) from None
         except (AttemptError, TimeoutError):
             return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=False)
         if require_ids and not completion.completion_token_ids:
@@ -137,17 +143,33 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
     return list(await asyncio.gather(*(one(endpoint) for endpoint in endpoints)))
 
 
+def _fix_for(name: str, endpoint: Endpoint, kind: str) -> str:
+    """The option that leaves a refused field out of this endpoint's requests."""
+    if name in _ID_FIELDS:
+        # SGLang's streaming chat refuses return_token_ids, and the sglang field set leaves it out; anything
+        # else that asks for ids or SGLang's figures goes only while --token-ids asks for them.
+        streaming_sglang = name == "return_token_ids" and kind == SGLANG and not endpoint.nonstreaming
+        return _FIX_FOR_FIELD[name] if streaming_sglang else _NO_IDS_FIX
+    return _FIX_FOR_FIELD.get(name, f"leaving out {name}")
+
+
 def _refusal(endpoint: Endpoint, kind: str, policy: FieldPolicy, payload: dict[str, Any],
-             exc: RequestRejected) -> ConfigError:
+             exc: RequestRejected, *, require_ids: bool = False) -> ConfigError:
     optional = [name for name in payload if name not in ("model", "messages", "stream", "max_tokens")]
     named = refused_fields(str(exc), optional)
     head = (f"{endpoint.url} (server kind: {kind}) refused the run's request before any prompt was sent: "
             f"{exc}.")
     if named:
-        fixes = sorted({_FIX_FOR_FIELD.get(name, f"leaving out {name}") for name in named})
-        if "--compat openai" not in fixes and any(name in _EXTENSIONS_BY_KIND[VLLM] for name in named):
-            fixes.append("--compat openai (standard OpenAI fields only)")
+        fixes = {_fix_for(name, endpoint, kind) for name in named}
+        if require_ids and "--compat openai" in fixes:
+            # --token-ids on needs return_token_ids, which --compat openai never sends (client.fleet.token_ids).
+            fixes = (fixes - {"--compat openai"}) | {"--compat openai --token-ids off"}
+        ordered = sorted(fixes)
+        if not any(fix.startswith("--compat openai") for fix in ordered) and any(
+                name in _EXTENSIONS_BY_KIND[VLLM] for name in named):
+            ordered.append("--compat openai (standard OpenAI fields only)"
+                           + (" with --token-ids off" if require_ids else ""))
         return ConfigError(f"{head} Refused field(s): {', '.join(named)}. Change this with "
-                           f"{' / '.join(fixes)}.")
+                           f"{' / '.join(ordered)}.")
     return ConfigError(f"{head} Fields sent: {', '.join(optional)} (field set: {policy.name}). If the server takes "
                        "only standard OpenAI fields, pass --compat openai.")
