@@ -170,6 +170,8 @@ def test_ids_policy(policy: FieldPolicy, mode: str, kinds: dict[str, str], has_f
 @pytest.mark.parametrize(("policy", "kinds", "words"), [
     (FieldPolicy(frozenset(), "openai"), {"http://a": "other"}, r"http://a is neither SGLang nor vLLM"),
     (FieldPolicy(frozenset(), "openai"), {"http://a": "sglang"}, r"--compat openai sends standard"),
+    # --compat auto with no server ready yet: the field set is standard, but nobody asked for --compat openai.
+    (FieldPolicy(frozenset(), "openai"), {}, r"no server was ready at start"),
 ])
 def test_ids_policy_refuses_on_without_a_way(policy: FieldPolicy, kinds: dict[str, str], words: str) -> None:
     with pytest.raises(ConfigError, match=words):

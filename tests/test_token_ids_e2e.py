@@ -262,3 +262,21 @@ def test_a_refusal_of_the_id_fields_names_token_ids_off(tmp_path: Path) -> None:
     assert "--compat openai --token-ids off" in fixes  # --compat openai alone is refused under --token-ids on
     assert "leaving out" not in fixes and "--compat sglang" not in fixes
     assert not read_results(tmp_path / "out")
+
+
+def test_token_ids_on_refuses_a_server_of_unknown_kind_in_a_mixed_fleet(tmp_path: Path, fleet_factory: Any) -> None:
+    """SGLang and vLLM answer; a third server is still loading, so its kind is unknown. Under --token-ids on
+    it would join later and stream without ids: the run stops at start instead, naming it."""
+    ready = fleet_factory([_sim()]).urls[0]
+    loading = fleet_factory([SimServerSpec(startup_delay=600.0)], wait_ready=False).urls[0]
+    prompts = make_prompts(tmp_path / "p.jsonl", 3)
+    with ServerGroup(tmp_path) as group:
+        vllm = group.oddserver(extra=("--owned-by", "vllm"))
+        result = run_client(["--endpoints", ",".join([ready, vllm.url, loading]), "--prompts", str(prompts),
+                             "--out", str(tmp_path / "out"), "--token-ids", "on"])
+        posts = [r for r in vllm.log_records() if r.get("method") == "POST"]
+    assert result.code == 2, result.stderr[-3000:]
+    assert not posts, "refused before any request, the preflight's included"
+    assert f"--token-ids on: {loading} was not ready at start, and this fleet mixes server kinds" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not read_results(tmp_path / "out")

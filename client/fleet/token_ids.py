@@ -50,6 +50,11 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
                           "/v1/models owned_by and /server_info), and no other server kind returns the token ids "
                           "it generated. Leave those endpoints out, pass --compat sglang|vllm if they are one, or "
                           "use --token-ids auto (ids where a server gives them) or off.")
+    if policy.name == "openai" and not kinds:
+        raise ConfigError("--token-ids on: no server was ready at start, so none could say what kind it is and "
+                          "the run would send standard OpenAI fields only, without return_token_ids. Start once "
+                          "the servers are ready (their /health answers 200), or pass --compat sglang|vllm to name "
+                          "their kind; or use --token-ids auto / off.")
     if policy.name == "openai":
         raise ConfigError("--token-ids on needs the return_token_ids field, and --compat openai sends standard "
                           "OpenAI fields only; pass --compat auto (or sglang / vllm), or --token-ids off.")
@@ -57,7 +62,16 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
 
 
 def configure(endpoint: Endpoint, kind: str, mode: str, policy: FieldPolicy) -> None:
-    """Set how this endpoint's requests ask for ids: streaming with ids (vLLM), non-streaming (SGLang, `on`)."""
+    """Set how this endpoint's requests ask for ids: streaming with ids (vLLM), non-streaming (SGLang, `on`).
+
+    ConfigError under `on` for an endpoint whose kind is unknown: one that did not answer at start in a
+    fleet that mixes kinds (an answering one of another kind was refused by `ids_policy`). It would join
+    later and write its records without ids."""
+    if mode == "on" and kind not in (_SGLANG, _VLLM):
+        raise ConfigError(f"--token-ids on: {endpoint.url} was not ready at start, and this fleet mixes server "
+                          "kinds, so how it would give token ids is unknown; its records would have none. Start "
+                          "once it is ready, leave it out of --endpoints, pass --compat sglang|vllm if every "
+                          "server is that kind, or use --token-ids auto (ids where a server gives them).")
     wants_ids = policy.allows(_FIELD) and mode != "off"
     endpoint.nonstreaming = wants_ids and kind == _SGLANG and mode == "on"
     endpoint.sglang_details = endpoint.nonstreaming
