@@ -11,7 +11,7 @@ import pytest
 from client.core.errors import AttemptError, ConfigError, NotJSON, StreamDropped, StreamErrorEvent
 from client.core.payload import FieldPolicy
 from client.core.stats import EndpointCounters
-from client.fleet.token_ids import configure, effective_kind, ids_policy
+from client.fleet.token_ids import configure, describe, effective_kind, ids_policy
 from client.run.deadline import INITIAL_RATE, MAX_DOUBLINGS, MIN_SAMPLES, SAFETY, DecodeDeadline
 from client.wire.complete import as_nonstreaming, parse_completion, spec_from
 from client.wire.endpoint import Endpoint
@@ -216,3 +216,22 @@ def test_simulated_spec_details_add_up(seed: int, tokens: int) -> None:
     assert 1.0 <= spec["spec_accept_length"] <= DRAFT_TOKENS + 1
     assert spec == spec_details(seed, tokens)  # reproducible
     assert 0 <= cached_tokens(seed, tokens) < max(tokens, 16)
+
+
+async def test_the_start_up_line_names_what_the_nonstreaming_requests_carry() -> None:
+    """The field set logged at start is the streaming one; the non-streaming requests drop stream_options
+    (and continuous_usage_stats with it) and add SGLang's fields: the log says so."""
+    endpoint = Endpoint("http://127.0.0.1:9", EndpointCounters(url="", index=0), max_in_flight=1)
+    try:
+        configure(endpoint, "sglang", "on", ids_policy(SGL, "on", {"a": "sglang"}))
+        line = describe("on", [endpoint])
+        payload = as_nonstreaming({"stream": True, "stream_options": {"include_usage": True,
+                                                                      "continuous_usage_stats": True},
+                                   "return_token_ids": True}, details=endpoint.sglang_details)
+        assert line.startswith("--token-ids on: 1 non-streaming with ids")
+        for name, value in payload.items():
+            if value is True:
+                assert name in line, name
+        assert "no stream_options" in line and "stream_options" not in payload
+    finally:
+        await endpoint.aclose()

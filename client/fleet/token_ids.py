@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy
+from client.wire.complete import SGLANG_DETAIL_FIELDS
 from client.wire.endpoint import Endpoint
 
 TOKEN_IDS_CHOICES = ("auto", "on", "off")
@@ -85,8 +86,11 @@ def describe(mode: str, endpoints: list[Endpoint]) -> str:
     none = len(endpoints) - streaming - nonstreaming
     parts = [f"{streaming} streaming with ids"] if streaming else []
     if nonstreaming:
-        parts.append(f"{nonstreaming} non-streaming with ids (SGLang: no time to first token; a per-request "
-                     "deadline replaces stall detection)")
+        # What those requests carry instead of the field set logged just before (stream_options, with
+        # continuous_usage_stats, is not sent without streaming; SGLang's own fields are).
+        sent = ", ".join(("return_token_ids", "return_prompt_token_ids", *SGLANG_DETAIL_FIELDS))
+        parts.append(f"{nonstreaming} non-streaming with ids (SGLang: stream false with {sent}, no "
+                     "stream_options; no time to first token; a per-request deadline replaces stall detection)")
     if none:
         parts.append(f"{none} streaming without ids")
     return f"--token-ids {mode}: " + "; ".join(parts)
