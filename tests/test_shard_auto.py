@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, ManifestConflict
 from client.core.ids import shard_of
 from client.core.shard_env import ShardChoice, ShardEnvError, shard_from_env
 from client.run.shard_auto import resolve_shard
+from client.s3.lease import check_shard_counts
+from client.s3.manifest import Manifest, manifest_key
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results
 from tests.s3_server import BUCKET, S3Server
@@ -149,3 +152,55 @@ def test_run_takes_the_array_shard_and_records_it(tmp_path: Path, fleet_factory:
     manifest = orjson.loads(s3.get(BUCKET, keys[0]))
     assert manifest["shard"] == "1/3"
     assert manifest["shard_source"].startswith("SLURM array task SLURM_ARRAY_TASK_ID=1")
+
+
+def live(shard: str, *, state: str = "running", age: float = 10.0, writer: str = "") -> Manifest:
+    now = time.time()
+    return Manifest(writer=writer or f"h-{shard.replace('/', 'of')}", host="h", shard=shard, state=state,
+                    sync_interval_s=60.0, updated=now - age)
+
+
+# (case, manifests on the prefix, this writer's shard, refused)
+COUNT_CASES: list[tuple[str, list[Manifest], str, bool]] = [
+    ("same count", [live("1/3"), live("2/3")], "0/3", False),
+    ("a live writer of another count", [live("2/3")], "0/2", True),
+    ("unsharded beside sharded", [live("1/2")], "0/1", True),
+    ("another count, stopped", [live("2/3", state="stopped")], "0/2", False),
+    ("another count, finished", [live("2/3", state="finished")], "0/2", False),
+    ("another count, stale (gone)", [live("2/3", age=2 * 60 + 61)], "0/2", False),
+    ("this writer's own old manifest", [live("0/3", writer="h-0of2")], "0/2", False),
+]
+
+
+@pytest.mark.parametrize(("manifests", "shard", "refused"), [c[1:] for c in COUNT_CASES],
+                         ids=[c[0] for c in COUNT_CASES])
+def test_live_writers_of_another_shard_count_are_refused(manifests: list[Manifest], shard: str,
+                                                         refused: bool) -> None:
+    if not refused:
+        check_shard_counts(manifests, writer="h-0of2", shard=shard, url="s3://b/p/")
+        return
+    with pytest.raises(ManifestConflict) as caught:
+        check_shard_counts(manifests, writer="h-0of2", shard=shard, url="s3://b/p/")
+    count = manifests[0].shard.split("/")[1]
+    assert f"REGEN_SHARD_COUNT={count}" in str(caught.value) and manifests[0].writer in str(caught.value)
+
+
+@pytest.mark.s3
+@pytest.mark.usefixtures("aws_env")
+def test_partial_resubmission_without_the_count_is_refused_beside_live_shards(tmp_path: Path,
+                                                                               s3: S3Server) -> None:
+    """`sbatch --array=0,1` of a 3-shard job, while shard 2/3 still runs: the array says 2 shards, the
+    prefix says 3 are live, and the client stops before sending anything."""
+    other = Manifest(writer="node9-2of3", host="node9", shard="2/3", sync_interval_s=60.0, machine="node9/0", pid=1)
+    s3.client().put_object(Bucket=BUCKET, Key=f"run/{manifest_key(other.writer)}", Body=other.to_json())
+    prompts = make_prompts(tmp_path / "p.jsonl", 6)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JOB_COMPLETION"))},
+           "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "0",
+           "SLURM_ARRAY_TASK_MAX": "1"}
+    proc = subprocess.run(client_command(["--endpoints", "http://127.0.0.1:9", "--prompts", str(prompts), "--out",
+                                          str(tmp_path / "out"), "--shard", "auto", "--s3", f"s3://{BUCKET}/run",
+                                          "--s3-endpoint-url", s3.url]),
+                          cwd=REPO, capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "node9-2of3 (shard 2/3" in proc.stderr and "REGEN_SHARD_COUNT=3" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -3,7 +3,7 @@
     RegenError
     ├── ConfigError            bad options, unreachable fleet, unknown model, unwritable --out   (exit 2)
     │   ├── S3AccessError      the bucket is missing, access is denied, or there are no credentials
-    │   └── ManifestConflict   another writer with this host and shard owns the manifest
+    │   └── ManifestConflict   a live writer owns this host and shard, or has another shard count
     ├── InputError             a prompt file or record is bad and --strict is on                  (exit 3)
     ├── SinkError              results cannot be written (disk full, read-only)                    (exit 4)
     ├── S3Error                an S3 call failed (uploads retry it; at start-up it is exit 2)

@@ -6,6 +6,9 @@ its machine and pid. At start-up, a manifest of this writer's name that still sa
 by a live writer when it is fresh, unless it names this machine and a pid that is gone (a crash here,
 restarted at once). A stale one, or one from a client that wrote no machine, is taken over, and the
 takeover is said.
+
+The same freshness keeps shards of different counts apart: a live writer of shard count 3 and a new
+one of count 2 would share ids and both generate them, so the new one is refused at start.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from client.core.durations import format_duration
 from client.core.errors import ManifestConflict
@@ -63,3 +66,33 @@ def check_lease(previous: Manifest, *, machine: str, now: float | None = None,
         f"{format_duration(age)} ago). Two writers with one name would overwrite each other's manifest: stop "
         "that one, give this one another --shard or run it on another host; if that writer is gone, its "
         f"name is free once its manifest is {format_duration(fresh_for(previous))} old.")
+
+
+def _count(shard: str) -> int | None:
+    _, _, count = shard.partition("/")
+    return int(count) if count.isdigit() else None
+
+
+def check_shard_counts(manifests: Iterable[Manifest], *, writer: str, shard: str, url: str,
+                       now: float | None = None) -> None:
+    """ManifestConflict (exit 2) when a live writer of another shard count is on the prefix.
+
+    Shards of different counts share ids (K/3 and K/2 overlap), so two live writers of different counts
+    would both generate the ids they share. Writers that are gone (stopped, finished, or stale by the
+    lease's rule) do not count: changing the shard count between runs is fine, the done ids are skipped.
+    """
+    mine = _count(shard)
+    now = time.time() if now is None else now
+    live = [m for m in manifests
+            if m.writer != writer and m.state == "running" and now - m.updated < fresh_for(m)
+            and _count(m.shard) not in (None, mine)]
+    if not live:
+        return
+    counts = sorted({c for m in live if (c := _count(m.shard)) is not None})
+    names = ", ".join(f"{m.writer} (shard {m.shard}, updated {format_duration(max(0.0, now - m.updated))} ago)"
+                      for m in live[:5])
+    raise ManifestConflict(
+        f"this client takes shard {shard}, but {url} has live writer(s) of shard count "
+        f"{'/'.join(map(str, counts))}: {names}. Shards of different counts share ids, so both would generate "
+        f"them. Use the same count (--shard K/{counts[0]}; with --shard auto on a partial resubmission, "
+        f"REGEN_SHARD_COUNT={counts[0]} or --shard-count {counts[0]}), or stop those writers first.")

@@ -25,7 +25,7 @@ import orjson
 from client.core.errors import ConfigError
 from client.core.ids import line_id
 from client.local.ledger import read_ids, write_ids
-from client.s3.lease import check_lease, machine_id
+from client.s3.lease import check_lease, check_shard_counts, machine_id
 from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids
 from client.s3.store import S3Error, S3Store
 from client.s3.uploader import PendingSegment
@@ -179,6 +179,7 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     began = time.perf_counter()
     await store.check_bucket()
     manifests = await read_manifests(store)
+    check_shard_counts((m for m, _ in manifests), writer=writer, shard=shard, url=str(store.url))
     mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
     machine = machine_id()
     takeover = check_lease(mine[0], machine=machine) if mine else None  # before anything is changed
