@@ -84,6 +84,11 @@ def test_parse_completion(body: dict[str, Any], expected: dict[str, Any]) -> Non
     (orjson.dumps({"error": {"message": "engine died"}}), StreamErrorEvent, "engine died"),
     (orjson.dumps({"choices": [{"message": {"content": "x"}, "finish_reason": None}]}), StreamDropped,
      "finish_reason"),
+    # A malformed tool call is a failed attempt, not an exception that would end the run.
+    (orjson.dumps({"choices": [{"message": {"tool_calls": [{"id": "c", "function": "f"}]}, "finish_reason": "stop"}]}),
+     StreamDropped, "not a list of calls"),
+    (orjson.dumps({"choices": [{"message": {"tool_calls": 3}, "finish_reason": "stop"}]}), StreamDropped,
+     "not a list of calls"),
 ])
 def test_parse_completion_failures(body: bytes, error: type[AttemptError], words: str) -> None:
     with pytest.raises(error, match=words):

@@ -91,6 +91,22 @@ def _cached_tokens(usage: Usage, sglext: dict[str, Any]) -> None:
         usage["prompt_tokens_details"] = {**(details if isinstance(details, dict) else {}), "cached_tokens": total}
 
 
+def _tool_calls(found: object, where: str) -> tuple[ToolCall, ...]:
+    """`message.tool_calls` -> ToolCalls; StreamDropped when it is not a list of calls with a function object
+    (a malformed answer is a failed attempt, never an exception that would end the run)."""
+    if found is None:
+        return ()
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for call in found if isinstance(found, list) else [None]:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not isinstance(function, dict):
+            raise StreamDropped(f"{where} answered tool_calls that are not a list of calls with a function "
+                                f"object: {orjson.dumps(found)[:200]!r}")
+        pairs.append((call, function))
+    return tuple(ToolCall(id=str(call.get("id") or ""), name=str(function.get("name") or ""),
+                          arguments=str(function.get("arguments") or "")) for call, function in pairs)
+
+
 def parse_completion(body: bytes, where: str, content_type: str | None = None) -> Completion:
     """A non-streaming chat.completion body -> Completion; an AttemptError when it is not one."""
     try:
@@ -109,11 +125,7 @@ def parse_completion(body: bytes, where: str, content_type: str | None = None) -
     choice = choices[0]
     found = choice.get("message")
     message: dict[str, Any] = found if isinstance(found, dict) else {}
-    calls = [
-        ToolCall(id=str(call.get("id") or ""), name=str((call.get("function") or {}).get("name") or ""),
-                 arguments=str((call.get("function") or {}).get("arguments") or ""))
-        for call in message.get("tool_calls") or [] if isinstance(call, dict)
-    ]
+    calls = _tool_calls(message.get("tool_calls"), where)
     finish = choice.get("finish_reason")
     if not isinstance(finish, str) or not finish:
         raise StreamDropped(f"{where} answered without a finish_reason")
@@ -125,7 +137,7 @@ def parse_completion(body: bytes, where: str, content_type: str | None = None) -
     return Completion(
         reasoning=str(message.get("reasoning_content") or message.get("reasoning") or ""),
         content=str(message.get("content") or ""),
-        tool_calls=tuple(calls),
+        tool_calls=calls,
         finish_reason=finish,
         usage=usage,
         model=model if isinstance(model, str) else None,
