@@ -109,6 +109,20 @@ def test_require_exact_ids_refuses_a_run_without_ids(tmp_path: Path, fleet_facto
     assert export.returncode == 3, export.stderr[-3000:]
     assert "--require-exact-ids: 12 of 12 record(s) carry no server token ids" in export.stderr
     assert not parquet.exists() and not parquet.with_name(parquet.name + ".part").exists()
+    # Half the records with ids: the JSON report must not read as if their rows were written.
+    with_ids = 0
+    for segment in sorted((out / "segments").glob("*.jsonl")):
+        lines = segment.read_bytes().splitlines()
+        with_ids += len(lines) // 2
+        segment.write_bytes(b"".join(orjson.dumps({**orjson.loads(line), "prompt_token_ids": [1],
+                                                   "completion_token_ids": [2]}) + b"\n" if i % 2 else line + b"\n"
+                                     for i, line in enumerate(lines)))
+    export = _tool("client.export", str(out), "--tokenizer", str(tiny_tokenizer_dir()), "--out", str(parquet),
+                   "--require-exact-ids", "--json")
+    assert export.returncode == 3, export.stderr[-3000:]
+    report = orjson.loads(export.stdout)
+    assert report["without_ids"] == 12 - with_ids and with_ids > 0 and report["written"] is False
+    assert not parquet.exists()
 
 
 @pytest.mark.parametrize(("extra", "words"), [

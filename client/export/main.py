@@ -70,6 +70,7 @@ class ExportReport:
     kept_mismatched: int = 0
     failed: int = 0
     without_ids: int = 0  # --require-exact-ids: records that would have been re-rendered
+    written: bool = False  # OUT was written (not with --require-exact-ids and records without ids)
     tokens: int = 0
     problems: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
@@ -174,6 +175,7 @@ def export(location: str, tok: ChatTokenizer, out: Path, *, drop_truncated: bool
         writer.close()
         if finished:
             os.replace(part, out)
+            report.written = True
         else:
             with contextlib.suppress(FileNotFoundError):
                 part.unlink()
