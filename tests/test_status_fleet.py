@@ -85,6 +85,10 @@ def test_rate_eta_and_completeness_with_prompts() -> None:
     assert status.eta_s == pytest.approx(8520 / 0.3)
     assert [r.remaining for r in status.rows] == [3640, 4880]
     assert {r.shard: r.hosts for r in status.rows} == {"0/2": ["a"], "1/2": ["b"]}
+    stopped = summarize([manifest("0/2", "a", "stopped", updated_ago=10, records=((50, 30),)),
+                         manifest("1/2", "b", "running", updated_ago=10, records=((60, 30),), started_ago=600)],
+                        (1000, {2: Counter({0: 500, 1: 500})}), now=NOW)
+    assert stopped.rate == pytest.approx(0.1), "a stopped shard makes no progress: only the running one counts"
     done = summarize([manifest("0/1", "a", "stopped", updated_ago=10, records=((50, 30),))],
                      (50, {1: Counter({0: 50})}), now=NOW)
     assert done.eta_s == 0.0 and done.rows[0].complete(), "nothing remains: complete whatever the state"

@@ -8,7 +8,7 @@ failed, tokens, the rate over the last hour (records per second, from the segmen
 pod). A shard is **complete** when nothing of it remains (with --prompts), else when its newest writer
 finished with no failure. Shards that the shard counts in use expect but no manifest names are listed as
 missing (not started yet, or never). The fleet line adds the totals and the ETA: what remains over the
-summed rates of the shards that are not stale.
+summed rates of the shards still running (and not stale).
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ class FleetStatus:
 
     @property
     def rate(self) -> float:
-        """Records per second of the shards still working: a stale shard's client is gone."""
-        return sum(r.rate(self.now) for r in self.rows if not r.stale(self.now, self.stale_after))
+        """Records per second of the shards still working (running, and not stale: that client is gone)."""
+        return sum(r.rate(self.now) for r in self.rows
+                   if r.state == "running" and not r.stale(self.now, self.stale_after))
 
     @property
     def eta_s(self) -> float | None:
