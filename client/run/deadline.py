@@ -10,7 +10,7 @@ the whole fleet's (a slow server among fast ones keeps its own, longer deadline)
 have finished, a deliberately low `INITIAL_RATE` holds.
 
 The deadline is not fixed when a request starts: client.wire.complete asks for it again every
-`REVISE_S` seconds, so a request follows the measured rate as it moves (shorter once the first replies
+30 s (its `REVISE_S`), so a request follows the measured rate as it moves (shorter once the first replies
 show the real rate, longer when the fleet slows down). A request past its deadline fails as
 StreamStalled and is retried; each deadline the same prompt has already missed doubles its next one (at
 most `2 ** MAX_DOUBLINGS`), so a reply that is legitimately slower than planned is not killed again and
@@ -34,7 +34,6 @@ SAFETY = 2.0
 WINDOW = 256
 MIN_SAMPLES = 8
 QUANTILE = 0.1
-REVISE_S = 30.0  # how often a request in flight has its deadline recomputed
 MAX_DOUBLINGS = 2  # a prompt's missed deadlines double its next one, up to 4x
 
 
