@@ -142,6 +142,11 @@ async def server() -> AsyncIterator[tuple[str, dict[str, Any]]]:
         mode = request.query.get("mode", "ok")
         if mode == "error":
             return web.json_response({"error": "bad"}, status=400)
+        if mode == "late_drop":
+            await asyncio.sleep(0.3)  # generating, with nothing sent yet: then the server fails
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await response.write(b"data: {\"n\": 1}\n\n")
@@ -198,6 +203,16 @@ async def test_stall_and_drop_and_refused(server: tuple[str, dict[str, Any]]) ->
     dead = StreamingTransport("http://127.0.0.1:9", headers={})
     with pytest.raises(ConnectFailed):
         await dead.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
+    transport.close()
+
+
+async def test_a_late_drop_on_a_reused_connection_is_not_resent(server: tuple[str, dict[str, Any]]) -> None:
+    url, state = server
+    transport = StreamingTransport(url, headers={}, stale_window_s=0.1)
+    await transport.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
+    with pytest.raises(StreamDropped):
+        await transport.post("/v1/chat/completions?mode=late_drop", b"{}", lambda _: None, idle_timeout=5)
+    assert state["requests"] == 2  # sent once: the retry policy, not the transport, decides on another try
     transport.close()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,10 @@ from client.core.errors import ConfigError, StreamDropped, not_event_stream, pro
 from client.wire.connect import NetworkOptions, Route, open_connection, route_for
 from client.wire.http1 import Connection, Headers, ResponseHead
 from client.wire.urls import ServerURL
+
+# A keep-alive connection the server closed while it sat idle fails at once when reused; a drop later
+# than this is not taken for one.
+STALE_WINDOW_S = 1.0
 
 __all__ = ["Connection", "Headers", "ResponseHead", "StreamResponse", "StreamingTransport"]
 
@@ -36,7 +41,8 @@ class StreamingTransport:
     """Keep-alive connections to one server, and `post` for streamed responses."""
 
     def __init__(self, url: str | ServerURL, *, headers: dict[str, str], connect_timeout: float = 10.0,
-                 network: NetworkOptions | None = None, route: Route | None = None) -> None:
+                 network: NetworkOptions | None = None, route: Route | None = None,
+                 stale_window_s: float = STALE_WINDOW_S) -> None:
         if isinstance(url, str):
             try:
                 url = ServerURL.parse(url)
@@ -45,6 +51,7 @@ class StreamingTransport:
         self.server = url
         self.route = route if route is not None else route_for(url, network or NetworkOptions())
         self.connect_timeout = connect_timeout
+        self.stale_window_s = stale_window_s
         self.where = url.display
         fixed = {"host": url.authority, "accept-encoding": "identity", **headers}
         if self.route.proxy is not None and url.scheme == "http":
@@ -75,12 +82,16 @@ class StreamingTransport:
                 self._idle.pop()  # the server closed it while it sat idle
             reused = bool(self._idle)
             connection = self._idle.pop() if reused else await self._connect()
+            sent_at = time.monotonic()
             connection.start(request, feed, idle_timeout, expect_type)
             try:
                 head = await connection.head
             except StreamDropped as exc:
-                if reused and not connection.received_any:
-                    continue  # the server had closed this idle connection; a fresh one is safe
+                if reused and not connection.received_any and time.monotonic() - sent_at < self.stale_window_s:
+                    # The server had closed this idle connection: a fresh one is safe. A drop that comes
+                    # later may be a server that failed while generating (a non-streaming reply, or a
+                    # stream still queued, sends nothing before then): that goes to the retry policy.
+                    continue
                 if self.route.proxy is not None and not connection.received_any:
                     raise proxy_refused(self.route.proxy.display, f"POST {self._target(path)}", None) from exc
                 raise
