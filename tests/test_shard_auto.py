@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,22 +161,24 @@ def live(shard: str, *, state: str = "running", age: float = 10.0, writer: str =
                     sync_interval_s=60.0, updated=now - age)
 
 
-# (case, manifests on the prefix, this writer's shard, refused)
-COUNT_CASES: list[tuple[str, list[Manifest], str, bool]] = [
-    ("same count", [live("1/3"), live("2/3")], "0/3", False),
-    ("a live writer of another count", [live("2/3")], "0/2", True),
-    ("unsharded beside sharded", [live("1/2")], "0/1", True),
-    ("another count, stopped", [live("2/3", state="stopped")], "0/2", False),
-    ("another count, finished", [live("2/3", state="finished")], "0/2", False),
-    ("another count, stale (gone)", [live("2/3", age=2 * 60 + 61)], "0/2", False),
-    ("this writer's own old manifest", [live("0/3", writer="h-0of2")], "0/2", False),
+# (case, the manifests on the prefix, this writer's shard, refused). The manifests are made when the test
+# runs, not when it is collected: their age is what makes a writer live or stale.
+COUNT_CASES: list[tuple[str, Callable[[], list[Manifest]], str, bool]] = [
+    ("same count", lambda: [live("1/3"), live("2/3")], "0/3", False),
+    ("a live writer of another count", lambda: [live("2/3")], "0/2", True),
+    ("unsharded beside sharded", lambda: [live("1/2")], "0/1", True),
+    ("another count, stopped", lambda: [live("2/3", state="stopped")], "0/2", False),
+    ("another count, finished", lambda: [live("2/3", state="finished")], "0/2", False),
+    ("another count, stale (gone)", lambda: [live("2/3", age=2 * 60 + 61)], "0/2", False),
+    ("this writer's own old manifest", lambda: [live("0/3", writer="h-0of2")], "0/2", False),
 ]
 
 
-@pytest.mark.parametrize(("manifests", "shard", "refused"), [c[1:] for c in COUNT_CASES],
+@pytest.mark.parametrize(("make", "shard", "refused"), [c[1:] for c in COUNT_CASES],
                          ids=[c[0] for c in COUNT_CASES])
-def test_live_writers_of_another_shard_count_are_refused(manifests: list[Manifest], shard: str,
+def test_live_writers_of_another_shard_count_are_refused(make: Callable[[], list[Manifest]], shard: str,
                                                          refused: bool) -> None:
+    manifests = make()
     if not refused:
         check_shard_counts(manifests, writer="h-0of2", shard=shard, url="s3://b/p/")
         return
