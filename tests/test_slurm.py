@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -237,10 +238,25 @@ def test_time_limit_warning_flushes_requeues_and_resumes(tmp_path: Path, s3: S3S
         subprocess.run(["scancel", "--batch", "--signal=USR1", f"{job}_0"], check=True, timeout=30)
         wait_until(lambda: task_state(job, 0) == "PENDING", "the task is requeued", timeout=90)
         # SLURM holds a requeued job back for a while (its begin time); that wait is site policy, not ours.
-        subprocess.run(["scontrol", "update", f"JobId={job}_0", "StartTime=now"], capture_output=True, timeout=30,
-                       check=False)
-        wait_until(lambda: log.exists() and "the client exited 0" in log.read_text(errors="replace"),
-                   "the requeued task finishes", timeout=240)
+        # The hold may be set a moment after the task shows PENDING, so the release is repeated while it waits.
+        released_at = [0.0]
+
+        def finished_again() -> bool:
+            if log.exists() and "the client exited 0" in log.read_text(errors="replace"):
+                return True
+            if time.monotonic() - released_at[0] >= 5.0 and task_state(job, 0) == "PENDING":
+                released_at[0] = time.monotonic()
+                subprocess.run(["scontrol", "update", f"JobId={job}_0", "StartTime=now"], capture_output=True,
+                               timeout=30, check=False)
+            return False
+
+        try:
+            wait_until(finished_again, "the requeued task finishes", timeout=240)
+        except AssertionError as exc:
+            shown = subprocess.run(["scontrol", "show", "job", f"{job}_0"], capture_output=True, text=True,
+                                   timeout=30, check=False).stdout
+            text = log.read_text(errors="replace") if log.exists() else "(no log)"
+            raise AssertionError(f"{exc}\n--- scontrol show job\n{shown}\n--- log tail\n{text[-3000:]}") from exc
         wait_until(lambda: not queued(job), "the task ends", timeout=60)
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)
