@@ -101,6 +101,19 @@ def task_state(job: str, index: int) -> str:
     return ""
 
 
+def held_for_begin_time(job: str, index: int) -> bool:
+    proc = subprocess.run(["scontrol", "-o", "show", "job", f"{job}_{index}"], capture_output=True, text=True,
+                          timeout=30, check=False)
+    words = set(proc.stdout.split())
+    return "JobState=PENDING" in words and "Reason=BeginTime" in words
+
+
+def node_settled() -> bool:
+    """No node is still completing a job (its epilog, the end of a requeued run)."""
+    proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=30, check=False)
+    return proc.returncode == 0 and not any("comp" in state for state in proc.stdout.split())
+
+
 def manifest(server: S3Server, prefix: str, shard: str) -> dict[str, Any] | None:
     try:
         for key in server.keys(BUCKET, f"{prefix}/manifests/"):
@@ -237,14 +250,15 @@ def test_time_limit_warning_flushes_requeues_and_resumes(tmp_path: Path, s3: S3S
                    timeout=120)
         subprocess.run(["scancel", "--batch", "--signal=USR1", f"{job}_0"], check=True, timeout=30)
         wait_until(lambda: task_state(job, 0) == "PENDING", "the task is requeued", timeout=90)
-        # SLURM holds a requeued job back for a while (its begin time); that wait is site policy, not ours.
-        # The hold may be set a moment after the task shows PENDING, so the release is repeated while it waits.
+        # SLURM holds a requeued job back for a while (its begin time); that wait is site policy, not ours, so
+        # the test lifts it. Only once the hold is in place and the node has finished with the old run: a
+        # relaunch while the node still completes the requeued instance fails at once.
         released_at = [0.0]
 
         def finished_again() -> bool:
             if log.exists() and "the client exited 0" in log.read_text(errors="replace"):
                 return True
-            if time.monotonic() - released_at[0] >= 5.0 and task_state(job, 0) == "PENDING":
+            if time.monotonic() - released_at[0] >= 5.0 and held_for_begin_time(job, 0) and node_settled():
                 released_at[0] = time.monotonic()
                 subprocess.run(["scontrol", "update", f"JobId={job}_0", "StartTime=now"], capture_output=True,
                                timeout=30, check=False)
