@@ -115,3 +115,14 @@ def hold_out_lock(out_dir: Path, *, note: Callable[[str], None] | None = None) -
                 handle.truncate()
                 handle.flush()
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (one we may not signal still runs)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -13,7 +13,6 @@ one of count 2 would share ids and both generate them, so the new one is refused
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import uuid
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from client.core.durations import format_duration
 from client.core.errors import ManifestConflict
+from client.local.lock import pid_alive
 from client.s3.manifest import Manifest
 
 # A manifest is fresh for this many sync intervals, plus a margin for a slow upload.
@@ -31,16 +31,6 @@ FRESH_MARGIN_S = 60.0
 def machine_id() -> str:
     """This machine, as apart from another with the same host name (a container, a cloned VM)."""
     return f"{socket.gethostname()}/{uuid.getnode():012x}"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def fresh_for(previous: Manifest) -> float:

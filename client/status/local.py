@@ -12,7 +12,6 @@ when the event that ends it (`<id>#<turn>!`) is written, and the rate is of fini
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from rich.table import Table
 
 from client.core.durations import format_duration
 from client.core.errors import ConfigError
-from client.local.lock import LOCK_FILE, Holder
+from client.local.lock import LOCK_FILE, Holder, pid_alive
 from client.local.run_settings import read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
 from client.run.conversation import parse_event_id
@@ -51,16 +50,6 @@ class LockState:
         if self.live:
             return f"a run is live ({who})"
         return f"no run is live (the lock was left by a client that is gone: {who})"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def lock_state(out: Path) -> LockState:
