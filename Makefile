@@ -4,8 +4,8 @@
 PYTHON ?=
 VENV ?= .venv
 BIN := $(VENV)/bin
-# What `make test-fast` leaves out: the engines (SGLang's parser, vLLM, SLURM) and the tests marked slow.
-FAST_MARKERS := not vllm and not sglang and not slurm and not slow
+# What `make test-fast` leaves out: the engines (SGLang's parser, real SGLang, vLLM, SLURM) and the tests marked slow.
+FAST_MARKERS := not vllm and not sglang and not sglang_server and not slurm and not slow
 
 .PHONY: setup engines lint test test-fast demo clean
 
@@ -17,10 +17,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-# The real engines the tests run against: SGLang's argument parser, vLLM on the CPU (own venv), and a
-# single-node SLURM cluster on 127.0.0.1 (Debian's slurm-wlm; needs root, skipped with a note without).
+# The real engines the tests run against: SGLang's argument parser, SGLang 0.5.23 and vLLM on the CPU (each in
+# its own venv), and a single-node SLURM cluster on 127.0.0.1 (Debian's slurm-wlm; needs root, skipped with a
+# note without).
 engines: setup
 	bash tests/setup/sglang.sh $(BIN)/python
+	bash tests/setup/sglang_server.sh .venv-sglang
 	bash tests/setup/vllm.sh .venv-vllm
 	bash tests/setup/slurm.sh
 

@@ -27,7 +27,7 @@ from tests.s3_server import FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "prompts" / "sample.jsonl"
 
-pytest_plugins = ["tests.engines.conftest_vllm"]
+pytest_plugins = ["tests.engines.conftest_vllm", "tests.engines.conftest_sglang"]
 
 # The tool schema the generated prompts carry (a strict one: `unit` is an enum, no other properties).
 WEATHER_TOOL: dict[str, Any] = {"type": "function", "function": {
@@ -45,9 +45,11 @@ ENGINE_FIXTURES = {
     "vllm": {"vllm_venv_python", "tiny_model_dirs", "tiny_script", "vllm_server_factory", "vllm_scripted",
              "vllm_random"},
     "sglang": {"sglang_parser"},
+    "sglang_server": {"sglang_venv_python", "sglang_model_dirs", "sglang_script", "sglang_pair", "sglang_scripted"},
     "slurm": {"slurm_cluster"},  # tests/test_slurm.py
 }
-# A vLLM test may be the one that builds the tiny models (up to 300 s) and starts a server (up to 180 s).
+# An engine test may be the one that builds the tiny models (up to 300 s) and starts its servers (vLLM up to
+# 180 s, SGLang up to 300 s).
 VLLM_TIMEOUT_S = 600
 
 
@@ -70,7 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, fixtures in ENGINE_FIXTURES.items():
             if used & fixtures and item.get_closest_marker(marker) is None:
                 unmarked.append(f"{item.nodeid} (uses {', '.join(sorted(used & fixtures))})")
-        if item.get_closest_marker("vllm") and item.get_closest_marker("timeout") is None:
+        engine_test = item.get_closest_marker("vllm") or item.get_closest_marker("sglang_server")
+        if engine_test and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(VLLM_TIMEOUT_S))
     if unmarked:
         raise pytest.UsageError("tests that need an engine must carry its marker (vllm, sglang or slurm):\n  "
