@@ -58,16 +58,21 @@ def test_per_chunk_usage_is_asked_only_where_the_policy_allows(policy: FieldPoli
     assert ("continuous_usage_stats" in payload["stream_options"]) is sent
 
 
+VLLM_IDS = {"return_token_ids": True}
+SGLANG_IDS = {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True}
+
+
 @pytest.mark.parametrize(("policy", "asked", "sent"), [
-    (FieldPolicy.everything(), True, True),
-    (FieldPolicy.everything(), False, False),
-    (FieldPolicy(frozenset({"top_k", "min_p", "chat_template_kwargs"})), True, False),  # SGLang refuses it
-    (FieldPolicy.standard(), True, False),
+    (FieldPolicy.everything(), VLLM_IDS, VLLM_IDS),
+    (FieldPolicy.everything(), SGLANG_IDS, SGLANG_IDS),  # each server asks in its own words
+    (FieldPolicy.everything(), {}, {}),
+    (FieldPolicy(frozenset({"top_k", "min_p", "chat_template_kwargs"})), VLLM_IDS, {}),  # --token-ids off
+    (FieldPolicy.standard(), SGLANG_IDS, {}),
 ])
-def test_return_token_ids_needs_both_the_ask_and_the_policy(policy: FieldPolicy, asked: bool, sent: bool) -> None:
-    payload = build_payload(prompt(USER), [USER], SamplingSettings(), model="m", return_token_ids=asked,
-                            policy=policy)
-    assert ("return_token_ids" in payload) is sent
+def test_id_fields_need_both_the_ask_and_the_policy(policy: FieldPolicy, asked: dict[str, bool],
+                                                    sent: dict[str, bool]) -> None:
+    payload = build_payload(prompt(USER), [USER], SamplingSettings(), model="m", id_fields=asked, policy=policy)
+    assert {key: value for key, value in payload.items() if key in VLLM_IDS | SGLANG_IDS} == sent
 
 
 @pytest.mark.parametrize(("settings", "kwargs"), [

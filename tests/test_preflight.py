@@ -34,14 +34,15 @@ def test_kind_from_models(document: Any, kind: str | None) -> None:
 
 
 @pytest.mark.parametrize(("compat", "kinds", "sent"), [
-    ("auto", ["sglang", "sglang"], {"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
+    # Both engines give token ids (each in its own fields, client.fleet.token_ids), so both allow them.
+    ("auto", ["sglang", "sglang"], EXTENSIONS),
     ("auto", ["vllm"], EXTENSIONS),
-    ("auto", ["sglang", "vllm"], {"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
+    ("auto", ["sglang", "vllm"], EXTENSIONS),
     ("auto", ["other"], set()),
     ("auto", ["sglang", "other"], set()),
     ("auto", [], set()),
     ("openai", ["vllm"], set()),
-    ("sglang", ["other"], {"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
+    ("sglang", ["other"], EXTENSIONS),
     ("vllm", ["other"], EXTENSIONS),
 ])
 def test_field_policy(compat: str, kinds: list[str], sent: set[str]) -> None:
@@ -58,7 +59,7 @@ def test_field_policy(compat: str, kinds: list[str], sent: set[str]) -> None:
 ])
 def test_payload_and_record_follow_the_policy(policy: FieldPolicy, settings: SamplingSettings,
                                               in_payload: set[str], recorded: set[str]) -> None:
-    payload = build_payload(PROMPT, PROMPT.messages, settings, model="m", return_token_ids=True, policy=policy)
+    payload = build_payload(PROMPT, PROMPT.messages, settings, model="m", id_fields={"return_token_ids": True}, policy=policy)
     expected_ids = {"return_token_ids"} if policy.allows("return_token_ids") else set()
     assert set(payload) & EXTENSIONS == in_payload | expected_ids
     record = settings.recorded(policy)

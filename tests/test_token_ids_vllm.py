@@ -8,11 +8,11 @@ from typing import Any
 
 import orjson
 import pytest
+from client.wire.complete import as_nonstreaming
 
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
 from client.core.stats import EndpointCounters
-from client.wire.complete import as_nonstreaming
 from client.wire.endpoint import Endpoint
 from tests.conftest import read_results, run_client
 from tests.engines.vllm_server import VLLMServer
@@ -27,7 +27,7 @@ def _payload(server: VLLMServer, messages: list[dict[str, Any]], seed: int) -> d
     prompt = Prompt(id="x", messages=messages, tools=None, meta=None, source="test", line=0)
     settings = SamplingSettings(max_tokens=24, temperature=1.0, top_p=1.0, top_k=None, min_p=None, seed=seed)
     policy = FieldPolicy(frozenset({"chat_template_kwargs", "return_token_ids"}), "vllm")
-    return build_payload(prompt, messages, settings, model=server.model_name, return_token_ids=True, policy=policy)
+    return build_payload(prompt, messages, settings, model=server.model_name, id_fields={"return_token_ids": True}, policy=policy)
 
 
 @pytest.mark.vllm

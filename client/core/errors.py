@@ -140,9 +140,13 @@ class PermanentError(AttemptError):
 
 
 class RequestRejected(PermanentError):
-    def __init__(self, message: str, status: int) -> None:
+    """`detail`: the whole error body (up to 8 KiB), where the message shows its start: a strict server's
+    refusal may list every field it refused, more than the message holds."""
+
+    def __init__(self, message: str, status: int, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail or message
 
 
 class TooLong(RequestRejected):
@@ -194,7 +198,7 @@ def error_for_status(status: int, body: bytes, retry_after: str | None = None) -
         return ServerError(message)
     if status in (400, 413, 422) and _CONTEXT_OVERFLOW.search(text):
         return TooLong(message, status)
-    return RequestRejected(message, status)
+    return RequestRejected(message, status, body[:8192].decode("utf-8", "replace"))
 
 
 def not_event_stream(where: str, content_type: str, body: bytes) -> NotEventStream:

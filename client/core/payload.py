@@ -4,13 +4,16 @@ If the prompt's last message is an assistant turn, that turn is the one being re
 from the request (and from the recorded messages) so the model writes it anew.
 
 Standard OpenAI fields always go out. The extension fields (`top_k`, `min_p`, `chat_template_kwargs`,
-`return_token_ids`, `stream_options.continuous_usage_stats`) go only where the run's `FieldPolicy`
+`stream_options.continuous_usage_stats`, and the token-id fields) go only where the run's `FieldPolicy`
 allows them, decided once at start from the kind of server (`--compat`); the recorded sampling block is
-built by the same policy, so a record says exactly what was sent.
+built by the same policy, so a record says exactly what was sent. In the policy, `return_token_ids` stands
+for "ask this server for the exact token ids": which fields do that depends on the server's kind
+(vLLM: `return_token_ids`; SGLang: its `sglext` fields), so each endpoint hands its own (client.fleet.token_ids).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -81,9 +84,11 @@ def build_payload(
     settings: SamplingSettings,
     *,
     model: str,
-    return_token_ids: bool = False,
+    id_fields: Mapping[str, bool] | None = None,
     policy: FieldPolicy | None = None,
 ) -> dict[str, Any]:
+    """`id_fields`: what this server's request carries to return the token ids (client.fleet.token_ids);
+    sent only when the policy allows token ids."""
     policy = policy or FieldPolicy.everything()
     payload: dict[str, Any] = {
         "model": model,
@@ -109,7 +114,6 @@ def build_payload(
         payload["tools"] = prompt.tools
     if settings.seed is not None:
         payload["seed"] = settings.seed
-    if return_token_ids and policy.allows("return_token_ids"):
-        # Only for engines that stream ids in chat (vLLM); SGLang answers HTTP 400 to this field.
-        payload["return_token_ids"] = True
+    if id_fields and policy.allows("return_token_ids"):
+        payload.update(id_fields)
     return payload

@@ -88,7 +88,7 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One whole completion, as parsed from the server's stream events or its non-streaming body."""
+    """One whole completion, as parsed from the server's stream events."""
 
     reasoning: str
     content: str

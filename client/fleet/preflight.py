@@ -20,15 +20,15 @@ import orjson
 from client.core.errors import AttemptError, ConfigError, RequestRejected
 from client.core.payload import FieldPolicy, SamplingSettings
 from client.fleet.token_ids import no_ids_refusal
-from client.wire.complete import SGLANG_DETAIL_FIELDS
 from client.wire.endpoint import Endpoint
+from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
 SGLANG, VLLM, OTHER = "sglang", "vllm", "other"
 COMPAT_CHOICES = ("auto", SGLANG, VLLM, "openai")
 
-# SGLang refuses `return_token_ids` on a streaming chat request (HTTP 400), so it is vLLM's alone here.
+# `return_token_ids` stands for the token-id fields of the server's kind (client.fleet.token_ids).
 _EXTENSIONS_BY_KIND: dict[str, frozenset[str]] = {
-    SGLANG: frozenset({"top_k", "min_p", "chat_template_kwargs", "continuous_usage_stats"}),
+    SGLANG: frozenset({"top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats"}),
     VLLM: frozenset({"top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats"}),
     OTHER: frozenset(),
 }
@@ -38,15 +38,14 @@ _FIX_FOR_FIELD = {
     "top_k": "--top-k none",
     "min_p": "--min-p none",
     "chat_template_kwargs": "--compat openai",
-    "return_token_ids": "--compat sglang",
     "continuous_usage_stats": "--compat openai",
     "seed": "leaving out --seed",
     "tools": "a prompt set without tools",
 }
-# The fields that ask for token ids and SGLang's figures (client.fleet.token_ids, client.wire.complete):
+# The fields that ask for token ids and SGLang's figures (client.fleet.token_ids, client.wire.sglext):
 # only --token-ids leaves them out.
-_ID_FIELDS = frozenset({"return_token_ids", "return_prompt_token_ids", *SGLANG_DETAIL_FIELDS})
-_NO_IDS_FIX = "--token-ids off (or auto)"
+_ID_FIELDS = frozenset({"return_token_ids", *SGLANG_REQUEST_FIELDS})
+_NO_IDS_FIX = "--token-ids off"
 
 
 def kind_from_models(document: Any) -> str | None:
@@ -119,8 +118,7 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
 
     Endpoints that cannot be reached now are left to the dispatcher's health checks (they join when up);
     a 4xx means the payload itself is wrong, which no retry can mend. `require_ids` (--token-ids on): an
-    answer without token ids stops the run too. A non-streaming endpoint (client.fleet.token_ids) gets its
-    request without streaming.
+    answer without token ids stops the run too.
     """
 
     async def one(endpoint: Endpoint) -> PreflightResult:
@@ -129,8 +127,7 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
         body = orjson.dumps(payload)
         try:
             async with asyncio.timeout(limit_s):
-                completion, _ = await (endpoint.complete_chat(body, limit_s) if endpoint.nonstreaming
-                                       else endpoint.stream_chat(body))
+                completion, _ = await endpoint.stream_chat(body)
         except RequestRejected as exc:
             raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc,
                            require_ids=require_ids) from None
@@ -143,24 +140,22 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
     return list(await asyncio.gather(*(one(endpoint) for endpoint in endpoints)))
 
 
-def _fix_for(name: str, endpoint: Endpoint, kind: str) -> str:
-    """The option that leaves a refused field out of this endpoint's requests."""
+def _fix_for(name: str) -> str:
+    """The option that leaves a refused field out of this endpoint's requests: the id fields go only while
+    --token-ids asks for them."""
     if name in _ID_FIELDS:
-        # SGLang's streaming chat refuses return_token_ids, and the sglang field set leaves it out; anything
-        # else that asks for ids or SGLang's figures goes only while --token-ids asks for them.
-        streaming_sglang = name == "return_token_ids" and kind == SGLANG and not endpoint.nonstreaming
-        return _FIX_FOR_FIELD[name] if streaming_sglang else _NO_IDS_FIX
+        return _NO_IDS_FIX
     return _FIX_FOR_FIELD.get(name, f"leaving out {name}")
 
 
 def _refusal(endpoint: Endpoint, kind: str, policy: FieldPolicy, payload: dict[str, Any],
              exc: RequestRejected, *, require_ids: bool = False) -> ConfigError:
     optional = [name for name in payload if name not in ("model", "messages", "stream", "max_tokens")]
-    named = refused_fields(str(exc), optional)
+    named = refused_fields(exc.detail, optional)
     head = (f"{endpoint.url} (server kind: {kind}) refused the run's request before any prompt was sent: "
             f"{exc}.")
     if named:
-        fixes = {_fix_for(name, endpoint, kind) for name in named}
+        fixes = {_fix_for(name) for name in named}
         if require_ids and "--compat openai" in fixes:
             # --token-ids on needs return_token_ids, which --compat openai never sends (client.fleet.token_ids).
             fixes = (fixes - {"--compat openai"}) | {"--compat openai --token-ids off"}

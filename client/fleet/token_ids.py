@@ -1,15 +1,17 @@
 """`--token-ids on|off|auto`: how each server gives the exact token ids of what it generated, if it can.
 
-- vLLM streams them (`return_token_ids: true` on a streaming chat request): the run keeps streaming.
-- SGLang gives them only without streaming (`return_token_ids` with `stream: true` is an HTTP 400 in
-  0.5.23's `serving_chat.py`): with `on`, its requests go with `stream: false` (client.wire.complete),
-  and also ask for SGLang's per-request MTP and prefix-cache figures (`return_spec_tokens_details`,
-  `return_cached_tokens_details`).
+Every kind keeps streaming, so live token counts, time to first token and stall detection hold:
+- vLLM streams them with `return_token_ids: true`: `choices[0].token_ids` on each chunk.
+- SGLang 0.5.23 streams them with `return_input_ids_in_sglext` and `return_output_ids_in_sglext`: one
+  chunk with no choices, after the finish chunk, carries `sglext.input_ids` and `sglext.output_ids`
+  (client.wire.sglext; verified against the real server, tests/test_client_sglang.py). Its requests also
+  ask for the per-request MTP and prefix-cache figures (`return_spec_tokens_details`,
+  `return_cached_tokens_details`), which ride in the same chunk. (`return_token_ids` with `stream: true`
+  is an HTTP 400 there.)
 - Any other server gives none: `on` refuses to start rather than run without them.
 
-`auto` takes the ids where they cost nothing (vLLM, streaming) and keeps SGLang streaming, with live token
-counts, time to first token and stall detection; the README gives the measurement behind this choice.
-The preflight request proves `on`: a server that answers it without ids stops the run (exit 2).
+`auto` (the default) takes the ids wherever the server can give them; `off` asks for none. The preflight
+request proves `on`: a server that answers it without ids stops the run (exit 2).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from collections.abc import Mapping
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy
-from client.wire.complete import SGLANG_DETAIL_FIELDS
 from client.wire.endpoint import Endpoint
+from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
 TOKEN_IDS_CHOICES = ("auto", "on", "off")
 _FIELD = "return_token_ids"
 _SGLANG, _VLLM = "sglang", "vllm"
+# What a request of each kind carries to get its ids back.
+ID_FIELDS_BY_KIND: dict[str, dict[str, bool]] = {_VLLM: {"return_token_ids": True}, _SGLANG: SGLANG_REQUEST_FIELDS}
 
 
 def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> str:
@@ -63,7 +67,7 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
 
 
 def configure(endpoint: Endpoint, kind: str, mode: str, policy: FieldPolicy) -> None:
-    """Set how this endpoint's requests ask for ids: streaming with ids (vLLM), non-streaming (SGLang, `on`).
+    """Set which fields this endpoint's requests carry to get the ids (none where it cannot give them).
 
     ConfigError under `on` for an endpoint whose kind is unknown: one that did not answer at start in a
     fleet that mixes kinds (an answering one of another kind was refused by `ids_policy`). It would join
@@ -74,31 +78,25 @@ def configure(endpoint: Endpoint, kind: str, mode: str, policy: FieldPolicy) -> 
                           "once it is ready, leave it out of --endpoints, pass --compat sglang|vllm if every "
                           "server is that kind, or use --token-ids auto (ids where a server gives them).")
     wants_ids = policy.allows(_FIELD) and mode != "off"
-    endpoint.nonstreaming = wants_ids and kind == _SGLANG and mode == "on"
-    endpoint.sglang_details = endpoint.nonstreaming
-    endpoint.supports_token_ids = wants_ids and (kind == _VLLM or endpoint.nonstreaming)
+    endpoint.id_fields = ID_FIELDS_BY_KIND.get(kind, {}) if wants_ids else {}
 
 
 def describe(mode: str, endpoints: list[Endpoint]) -> str:
     """One line for the start-up log: where the ids come from."""
-    streaming = sum(e.supports_token_ids and not e.nonstreaming for e in endpoints)
-    nonstreaming = sum(e.nonstreaming for e in endpoints)
-    none = len(endpoints) - streaming - nonstreaming
-    parts = [f"{streaming} streaming with ids"] if streaming else []
-    if nonstreaming:
-        # What those requests carry instead of the field set logged just before (stream_options, with
-        # continuous_usage_stats, is not sent without streaming; SGLang's own fields are).
-        sent = ", ".join(("return_token_ids", "return_prompt_token_ids", *SGLANG_DETAIL_FIELDS))
-        parts.append(f"{nonstreaming} non-streaming with ids (SGLang: stream false with {sent}, no "
-                     "stream_options; no time to first token; a per-request deadline replaces stall detection)")
-    if none:
-        parts.append(f"{none} streaming without ids")
+    by_fields: dict[str, int] = {}
+    for endpoint in endpoints:
+        fields = ", ".join(endpoint.id_fields) if endpoint.id_fields else ""
+        by_fields[fields] = by_fields.get(fields, 0) + 1
+    parts = [f"{count} streaming with ids ({fields})" for fields, count in by_fields.items() if fields]
+    if "" in by_fields:
+        parts.append(f"{by_fields['']} streaming without ids")
     return f"--token-ids {mode}: " + "; ".join(parts)
 
 
 def no_ids_refusal(url: str, kind: str) -> ConfigError:
     return ConfigError(f"--token-ids on: {url} (server kind: {kind}) answered the preflight request without token "
-                       "ids (no choices[0].token_ids), so the run would have no exact ids; nothing was sent. Use a "
-                       "server that returns them (SGLang 0.5.23 or later without streaming, vLLM with "
-                       "return_token_ids; the simulated server with --tokenizer DIR, e.g. --sim-arg=--tokenizer "
-                       "--sim-arg=DIR), or --token-ids auto / off to run without them.")
+                       "ids (no choices[0].token_ids, no sglext.output_ids), so the run would have no exact ids; "
+                       "nothing was sent. Use a server that streams them (SGLang 0.5.23 or later, which sends "
+                       "sglext.output_ids on return_output_ids_in_sglext; vLLM with return_token_ids; the simulated "
+                       "server with --tokenizer DIR, e.g. --sim-arg=--tokenizer --sim-arg=DIR), or --token-ids "
+                       "auto / off to run without them.")

@@ -168,12 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sampling.add_argument("--token-ids", choices=TOKEN_IDS_CHOICES, default="auto",
                           help="record the exact token ids the servers generated (prompt_token_ids, "
-                               "completion_token_ids). on: every server must give them, else the preflight "
-                               "stops the run (exit 2); vLLM streams them, SGLang gives them only without "
-                               "streaming, so its requests go with stream: false, a per-request deadline from "
-                               "max_tokens replaces --idle-timeout, and each record also gets SGLang's MTP "
-                               "figures (spec) and cached tokens. off: never ask. auto: ids where they come "
-                               "with streaming (vLLM), none on SGLang (default: %(default)s)")
+                               "completion_token_ids), streaming as always: vLLM with return_token_ids, SGLang "
+                               "with its sglext fields (each SGLang record also gets the request's MTP figures, "
+                               "spec, and cached tokens). auto: wherever a server gives them. on: every server "
+                               "must give them, else the preflight stops the run (exit 2). off: never ask "
+                               "(default: %(default)s)")
 
     turns = parser.add_argument_group("conversations")
     turns.add_argument("--turns", choices=("last", "all"), default="last",

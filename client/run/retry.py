@@ -2,9 +2,7 @@
 
 Retries follow the error class (client.core.errors): connection errors, 5xx, 429 (honouring Retry-After), a
 dropped, stalled or error-event stream are tried again on any healthy endpoint, preferring another one;
-4xx is permanent. A non-streaming request (--token-ids on, SGLang) past its deadline (client.run.deadline)
-counts as a stalled stream, and the prompt's next attempt gets a longer deadline. A stop request ends the
-wait between attempts at once.
+4xx is permanent. A stop request ends the wait between attempts at once.
 """
 
 from __future__ import annotations
@@ -17,14 +15,12 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from client.core.errors import AttemptError, RateLimited, StreamStalled
+from client.core.errors import AttemptError, RateLimited
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
-from client.run.deadline import DecodeDeadline
 from client.run.rate import RequestRate
-from client.wire.complete import as_nonstreaming
 from client.wire.endpoint import Endpoint
 
 
@@ -71,8 +67,6 @@ class Generator:
         self.policy = policy or FieldPolicy.everything()
         # --max-requests-per-second: a hosted endpoint's agreed request rate, retries included.
         self.rate = rate
-        # Non-streaming requests (--token-ids on, SGLang): a deadline from max_tokens and the measured rate.
-        self.deadline = DecodeDeadline()
         self.retry = retry
         self.stopping = stopping
         self._backoff = wait_exponential_jitter(initial=retry.initial_backoff_s, max=retry.max_backoff_s,
@@ -97,7 +91,6 @@ class Generator:
                        prefer: int | None = None) -> Generation:
         """`prefer`: the endpoint to use while it is up (a conversation's earlier turns went there)."""
         attempts = 0
-        missed = 0  # deadlines (or idle timeouts) this prompt has missed
         queued_s = 0.0
         started = time.monotonic()
         last: Endpoint | None = None
@@ -123,33 +116,18 @@ class Generator:
                         raise Abandoned from None
                     queued_s += time.monotonic() - waited_from
                     last = endpoint
-                    try:
-                        completion, ttft = await self._attempt(endpoint, prompt, messages, attempts, missed)
-                    except StreamStalled:
-                        missed += 1  # a non-streaming retry gets a longer deadline (client.run.deadline)
-                        raise
+                    completion, ttft = await self._attempt(endpoint, prompt, messages, attempts)
         except AttemptError as exc:
             raise GenerationFailed(exc, attempts, last) from exc
         assert last is not None
         return Generation(completion, last, attempts, queued_s, ttft, time.monotonic() - started)
 
     async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
-                       attempt: int, missed: int = 0) -> tuple[Completion, float | None]:
+                       attempt: int) -> tuple[Completion, float | None]:
         payload = build_payload(prompt, messages, self.settings, model=self.model,
-                                return_token_ids=endpoint.supports_token_ids, policy=self.policy)
+                                id_fields=endpoint.id_fields, policy=self.policy)
         try:
-            if endpoint.nonstreaming:
-                started = time.monotonic()
-                body = orjson.dumps(as_nonstreaming(payload, details=endpoint.sglang_details))
-                max_tokens, floor_s, key = self.settings.max_tokens, endpoint.idle_timeout, endpoint.index
-
-                def deadline() -> float:  # asked again while the request is out: the measured rate moves
-                    return self.deadline.deadline(max_tokens, floor_s, endpoint=key, missed=missed)
-
-                result = await endpoint.complete_chat(body, deadline)
-                self.deadline.observe(result[0].completion_tokens, time.monotonic() - started, key)
-            else:
-                result = await endpoint.stream_chat(orjson.dumps(payload))
+            result = await endpoint.stream_chat(orjson.dumps(payload))
         except AttemptError as exc:
             self.stats.record_error(endpoint.counters, exc.kind, str(exc))
             await self.dispatcher.report_failure(endpoint, exc)

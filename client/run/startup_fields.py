@@ -19,7 +19,6 @@ from client.fleet.preflight import check_settings_fit, detect_kind, field_policy
 from client.fleet.token_ids import configure, describe, effective_kind, ids_policy
 from client.local.prompt_files import prompt_lines
 from client.run.console import say
-from client.wire.complete import as_nonstreaming
 from client.wire.endpoint import Endpoint
 
 # How far into the prompt set to look for a tool schema, so the preflight carries `tools` when the run will.
@@ -70,9 +69,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSetting
                    meta=None, source="preflight", line=0)
 
     def build(endpoint: Endpoint) -> dict[str, Any]:
-        payload = build_payload(probe, probe.messages, settings, model=model,
-                                return_token_ids=endpoint.supports_token_ids, policy=policy)
-        return as_nonstreaming(payload, details=endpoint.sglang_details) if endpoint.nonstreaming else payload
+        return build_payload(probe, probe.messages, settings, model=model, id_fields=endpoint.id_fields,
+                             policy=policy)
 
     results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
     passed = sum(result.ok for result in results)

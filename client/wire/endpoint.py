@@ -1,5 +1,4 @@
-"""One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path)
-and non-streaming ones (client.wire.complete),
+"""One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path),
 model list, health and load documents (over httpx), and the aborting of its streams when it goes down.
 
 Both kinds of request share one `Route` (TLS context and proxy decision, client.wire.connect) and one
@@ -10,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import httpx
@@ -26,7 +25,6 @@ from client.core.errors import (
 )
 from client.core.records import Completion
 from client.core.stats import EndpointCounters
-from client.wire.complete import complete_chat
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.sse import StreamParser
 from client.wire.transport import StreamingTransport
@@ -59,10 +57,9 @@ class Endpoint:
         self.counters = counters
         self.max_in_flight = max_in_flight
         counters.max_in_flight = max_in_flight
-        self.supports_token_ids = False
-        # --token-ids (client.fleet.token_ids): ids by non-streaming requests (SGLang), and SGLang's detail fields.
-        self.nonstreaming = False
-        self.sglang_details = False
+        # What this server's requests carry to return the exact token ids, set once at start by
+        # --token-ids (client.fleet.token_ids); empty: none asked for.
+        self.id_fields: dict[str, bool] = {}
         self.idle_timeout = idle_timeout
         self.last_error: AttemptError | None = None  # why the last health check got no answer
         headers = {"content-type": "application/json", "user-agent": "regen-swarm", "accept-encoding": "identity"}
@@ -133,11 +130,10 @@ class Endpoint:
         return status
 
     async def models(self) -> list[str]:
-        """Served model ids. Also learns the engine: vLLM (`owned_by: vllm`) streams exact token ids."""
+        """Served model ids."""
         document = await self.get_json("/v1/models")
         data = document.get("data") if isinstance(document, dict) else None
         entries = [entry for entry in data or [] if isinstance(entry, dict) and "id" in entry]
-        self.supports_token_ids = any(entry.get("owned_by") == "vllm" for entry in entries)
         return [str(entry["id"]) for entry in entries]
 
     def abort_streams(self, reason: str) -> None:
@@ -153,19 +149,6 @@ class Endpoint:
         Raises an AttemptError subclass for every failure, so the retry policy sees one error tree.
         """
         return await self._abortable(self._stream_chat(body))
-
-    async def complete_chat(self, body: bytes,
-                            deadline_s: float | Callable[[], float]) -> tuple[Completion, float | None]:
-        """POST one non-streaming chat completion (client.wire.complete); no time to first token exists.
-        `deadline_s`: seconds, or a function of them that is asked again while the request is out."""
-        return await self._abortable(self._complete_chat(body, deadline_s))
-
-    async def _complete_chat(self, body: bytes,
-                             deadline_s: float | Callable[[], float]) -> tuple[Completion, float | None]:
-        completion = await complete_chat(self._stream, CHAT_PATH, body, deadline_s=deadline_s, where=self.url)
-        # Without a stream the tokens arrive all at once: the live count takes them when the answer does.
-        self.counters.streamed_tokens += completion.completion_tokens
-        return completion, None
 
     async def _abortable(self, work: Coroutine[Any, Any, T]) -> T:
         """Run one request so that `abort_streams` can end it as a retryable StreamDropped."""

@@ -17,6 +17,11 @@ count of tokens so far (`live_tokens`: the running `usage.completion_tokens` tha
 final usage corrects), tolerates
 builds that omit null fields or never send `[DONE]` (a stream that ends cleanly after its finish_reason
 is whole), and turns a `data: {"error": ...}` event into a failed attempt.
+
+Exact token ids: vLLM puts `token_ids` on each choice and `prompt_token_ids` on the first chunk; SGLang
+sends them once, in a chunk with no choices that carries its `sglext` object (client.wire.sglext), with the
+request's MTP figures and cache tiers beside them. Both are read only where they can be (a chunk with no
+choices is rare), so the per-chunk path does no more work for them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import orjson
 
 from client.core.errors import StreamDropped, StreamErrorEvent, map_event_error
 from client.core.records import Completion, ToolCall, Usage
+from client.wire.sglext import fill_cached_tokens, int_list, output_ids, spec_from
 
 _loads = orjson.loads
 
@@ -58,6 +64,7 @@ class StreamParser:
         "model",
         "prompt_token_ids",
         "saw_output",
+        "sglext",
         "usage",
     )
 
@@ -74,6 +81,7 @@ class StreamParser:
         self.usage: Usage | None = None
         self.model: str | None = None
         self.prompt_token_ids: list[int] | None = None
+        self.sglext: dict[str, Any] | None = None
         self.saw_output = False
         self.live_tokens = 0  # completion tokens so far: exact with per-chunk usage, else output chunks
         self.exact_count = False
@@ -152,6 +160,10 @@ class StreamParser:
                 self.finish_reason = reason
         elif "error" in obj:
             raise StreamErrorEvent(f"error event: {_error_text(obj['error'])}")
+        else:
+            extension = obj.get("sglext")
+            if isinstance(extension, dict):
+                self._take_sglext(extension)
         usage = obj.get("usage")
         if usage:
             self.usage = usage
@@ -163,6 +175,16 @@ class StreamParser:
             self.model = obj.get("model")
         prompt_ids = obj.get("prompt_token_ids")
         if prompt_ids:
+            self.prompt_token_ids = prompt_ids
+
+    def _take_sglext(self, extension: dict[str, Any]) -> None:
+        """SGLang's ids and figures; with the framed ids event they come in two chunks, so merge."""
+        self.sglext = {**self.sglext, **extension} if self.sglext else extension
+        completion_ids = output_ids(extension)
+        if completion_ids is not None:
+            self._completion_ids = completion_ids
+        prompt_ids = int_list(extension.get("input_ids"))
+        if prompt_ids is not None:
             self.prompt_token_ids = prompt_ids
 
     def _merge_tool_calls(self, calls: list[dict[str, Any]]) -> None:
@@ -204,15 +226,21 @@ class StreamParser:
             ToolCall(id=parts.id, name=parts.name, arguments="".join(parts.arguments))
             for _, parts in sorted(self._tools.items())
         )
+        usage: Usage = self.usage if self.usage is not None else {}
+        spec = None
+        if self.sglext is not None:
+            fill_cached_tokens(usage, self.sglext)
+            spec = spec_from(self.sglext.get("spec_tokens_details"))
         return Completion(
             reasoning="".join(self._reasoning),
             content="".join(self._content),
             tool_calls=tool_calls,
             finish_reason=self.finish_reason,
-            usage=self.usage if self.usage is not None else {},
+            usage=usage,
             model=self.model,
             prompt_token_ids=self.prompt_token_ids,
             completion_token_ids=self._completion_ids,
+            spec=spec,
         )
 
 

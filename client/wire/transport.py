@@ -89,8 +89,8 @@ class StreamingTransport:
             except StreamDropped as exc:
                 if reused and not connection.received_any and time.monotonic() - sent_at < self.stale_window_s:
                     # The server had closed this idle connection: a fresh one is safe. A drop that comes
-                    # later may be a server that failed while generating (a non-streaming reply, or a
-                    # stream still queued, sends nothing before then): that goes to the retry policy.
+                    # later may be a server that failed while generating (a stream still queued sends
+                    # nothing before then): that goes to the retry policy.
                     continue
                 if self.route.proxy is not None and not connection.received_any:
                     raise proxy_refused(self.route.proxy.display, f"POST {self._target(path)}", None) from exc
