@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from client.core.durations import format_duration
-from client.core.ids import decode_ledger, encode_ledger, id_hash, leading_id, line_id, shard_of
+from client.core.ids import decode_ledger, encode_ledger, id_hash, leading_id, line_id, not_utf8, shard_of
 from client.local.ledger import read_done_ids
 from client.local.sink import ResultSink
 from client.local.source import Shard
@@ -51,10 +51,29 @@ def test_decode_ledger_refuses_a_damaged_json_line() -> None:
     (b"not json", None, None),
     (b"[1, 2]", None, None),
     (b"", None, None),
+    (b'{"id": "a\xff", "messages": []}', None, None),  # a byte that is not UTF-8: no id, and no decode error
+    (b'{"messages": [], "id": "late\xfe"}', None, None),
+    (b'{"id": "ok", "content": "\xff"}', "ok", "ok"),  # the id is readable; validation finds the rest
 ])
 def test_line_id(line: bytes, leading: str | None, parsed: str | None) -> None:
     assert leading_id(line) == leading
     assert line_id(line) == parsed
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    (b'{"id": "a\xff"}', "not valid UTF-8: byte 0xff at byte 10 of the line"),
+    (b"\xfe", "not valid UTF-8: byte 0xfe at byte 1 of the line"),
+    (b'{"id": "\xc3"}', "not valid UTF-8: byte 0xc3 at byte 9 of the line"),  # a sequence cut short
+    ('{"id": "ünïcödé"}'.encode(), None),
+    (b"not json", None),  # UTF-8, so not this problem
+    (b"", None),
+])
+def test_not_utf8_names_the_byte_and_where(line: bytes, problem: str | None) -> None:
+    found = not_utf8(line)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(problem), found
 
 
 def test_id_hash_is_stable_and_unsigned_64_bit() -> None:

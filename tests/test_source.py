@@ -30,6 +30,12 @@ BAD_CASES = [
     ("tools not a list", {"id": "x", "messages": [{"role": "user", "content": "hi"}], "tools": {"a": 1}}, "tools"),
     ("tool not a function schema",
      {"id": "x", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools[0]"),
+    ("id not UTF-8", b'{"id": "a\xff", "messages": [{"role": "user", "content": "hi"}]}',
+     "not valid UTF-8: byte 0xff at byte 10"),
+    ("late id not UTF-8", b'{"messages": [{"role": "user", "content": "hi"}], "id": "\xfe"}',
+     "not valid UTF-8: byte 0xfe"),
+    ("content not UTF-8", b'{"id": "x", "messages": [{"role": "user", "content": "h\xffi"}]}',
+     "not valid UTF-8: byte 0xff"),
 ]
 
 
@@ -82,6 +88,12 @@ def test_done_ids_skipped_and_counted_across_files(tmp_path: Path) -> None:
     assert count_remaining([first, second], done) == 7
     prompt = PromptSource([second], set())
     assert next(iter(prompt)).line == 1
+
+
+def test_count_remaining_skips_a_line_that_is_not_utf8(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "p.jsonl", [GOOD, b'{"id": "a\xff", "messages": []}', {**GOOD, "id": "b"}])
+    assert count_remaining([path], set()) == 2
+    assert count_remaining([path], {"a"}) == 1
 
 
 def test_shards_partition_ids() -> None:

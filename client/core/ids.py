@@ -1,5 +1,9 @@
 """Prompt ids: the one stable hash, the one reader of a raw line's id, and the one id-ledger format.
 
+A raw line comes from a file anyone may have written, so it may hold bytes that are not UTF-8: the
+readers here then answer "no id" and `not_utf8` words the problem, so that the caller reports the line
+like any other bad record instead of stopping on a decode error.
+
 Any JSON string is a valid id, so nothing here may assume an id is free of quotes, backslashes or line
 breaks. The ledger (`.ids` sidecars on disk, the gzipped id indexes in S3) stores each id JSON-encoded on
 its own line, so an id with `\\n`, `\\r`, U+2028 or U+0085 inside stays one line. Ledgers written before
@@ -36,7 +40,26 @@ def shard_of(prompt_id: str, count: int) -> int:
 def leading_id(line: bytes) -> str | None:
     """The id of a raw JSON line when it is the first key and has no escapes; else None (not "no id")."""
     match = _LEADING_ID.match(line)
-    return match.group(1).decode() if match else None
+    if match is None:
+        return None
+    try:
+        return match.group(1).decode()
+    except UnicodeDecodeError:
+        # Not UTF-8, so not JSON either: the full parse that follows finds the line bad and says so.
+        return None
+
+
+def not_utf8(line: bytes) -> str | None:
+    """Why a raw line is not UTF-8 (the first bad byte and where it is), or None when it is UTF-8.
+
+    orjson's own message for such a line ("surrogates not allowed ... column 1") points at neither the
+    byte nor its place, so readers word this problem themselves."""
+    try:
+        line.decode()
+    except UnicodeDecodeError as exc:
+        return (f"not valid UTF-8: byte 0x{line[exc.start]:02x} at byte {exc.start + 1} of the line "
+                "(JSON lines must be UTF-8)")
+    return None
 
 
 def line_id(line: bytes) -> str | None:

@@ -21,7 +21,7 @@ import orjson
 from rich.console import Console
 
 from client.core.errors import ConfigError, RegenError, SinkError
-from client.core.ids import leading_id
+from client.core.ids import line_id
 from client.core.options import (
     DEFAULT_MAX_IN_FLIGHT,
     add_s3_endpoint_url,
@@ -146,11 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _result_ids(location: str, s3_endpoint_url: str | None) -> set[str]:
     ids: set[str] = set()
     for item in iter_lines(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
-        prompt_id = leading_id(item.raw)
-        if prompt_id is None:
-            obj = orjson.loads(item.raw)
-            prompt_id = obj.get("id") if isinstance(obj, dict) else None
-        if isinstance(prompt_id, str):
+        # A line without a readable id (not JSON, not UTF-8) is skipped here; `measure` reads the same
+        # lines again and counts and names it.
+        prompt_id = line_id(item.raw)
+        if prompt_id is not None:
             ids.add(prompt_id)
     return ids
 
@@ -168,8 +167,10 @@ def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[
 
     counted = census(args.prompts, note)
     done.clear()
-    found, _ = measure(args.from_results, lambda record: strata_of_done.get(record["id"]), args.s3_endpoint_url)
-    info = {"mode": "from-results", "results": args.from_results, "done": len(strata_of_done)}
+    found, report = measure(args.from_results, lambda record: strata_of_done.get(record["id"]), args.s3_endpoint_url)
+    info = {"mode": "from-results", "results": args.from_results, "done": len(strata_of_done),
+            "unreadable_results": report.corrupt, "torn_results": report.torn_tails,
+            "unreadable_examples": [str(bad) for bad in report.examples]}
     return found, counted, {name: remaining.get(name, 0) for name in counted.strata}, info
 
 
@@ -216,7 +217,9 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
         targets = [("whole set", counted.strata)]
     rate = sustained_throughput(found.starts, found.ends, found.tokens)
     info.update({"prompts": counted.total, "strata": counted.strata, "invalid_prompts": counted.invalid,
-                 "duplicate_prompts": counted.duplicates, "measured": found.records, "outside_set": found.outside_set,
+                 "duplicate_prompts": counted.duplicates,
+                 "prompt_problems": [str(problem) for problem in counted.problems[:10]],
+                 "measured": found.records, "outside_set": found.outside_set,
                  "endpoints": sorted(found.endpoints), "models": dict(found.models),
                  "thinking": found.thinking.most_common(1)[0][0] if found.thinking else not args.no_thinking,
                  "sample": sample_rows(found, counted)})

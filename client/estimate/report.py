@@ -54,7 +54,14 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
                       "they are not used[/yellow]")
     if info["invalid_prompts"] or info["duplicate_prompts"]:
         console.print(f"[yellow]{info['invalid_prompts']:,} invalid and {info['duplicate_prompts']:,} duplicate "
-                      "prompt record(s) are not counted (client.run would skip them too)[/yellow]")
+                      "prompt record(s) are not counted (client.run would skip them too), e.g.:[/yellow]")
+        for problem in info.get("prompt_problems", []):
+            console.print(f"  {problem}", markup=False)
+    if info.get("unreadable_results") or info.get("torn_results"):
+        console.print(f"[yellow]{info['unreadable_results']:,} unreadable result line(s) and "
+                      f"{info['torn_results']:,} torn segment tail(s) are not measured, e.g.:[/yellow]")
+        for bad in info.get("unreadable_examples", []):
+            console.print(f"  {bad}", markup=False)
     sample = Table(title="Output length per stratum (completion tokens)", title_justify="left")
     for column in ("stratum", "prompts", "measured", "mean", "p50", "p90", "max", "truncated",
                    "reasoning", "content", "tool calls"):

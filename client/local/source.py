@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 
 from client.core.errors import InputError
-from client.core.ids import leading_id, line_id, shard_of
+from client.core.ids import leading_id, line_id, not_utf8, shard_of
 from client.core.records import Prompt
 from client.local.prompt_files import prompt_lines
 from prompts.schema import validate_prompt
@@ -165,7 +165,7 @@ class PromptSource:
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            self._problem(path, number, f"not valid JSON: {exc}")
+            self._problem(path, number, not_utf8(raw) or f"not valid JSON: {exc}")
             return None
         problem = validate_prompt(obj)
         if problem is not None:

@@ -26,6 +26,7 @@ from typing import IO, Any, cast
 import orjson
 
 from client.core.errors import ConfigError, RegenError
+from client.core.ids import not_utf8
 
 SEGMENTS_DIR = "segments"
 _BUFFER = 1 << 20
@@ -127,7 +128,7 @@ def iter_records(location: str, report: ReadReport | None = None, *,
         try:
             obj = orjson.loads(item.raw)
         except orjson.JSONDecodeError as exc:
-            report.bad(BadLine(item.where, item.line, f"not valid JSON: {exc}"), torn=False)
+            report.bad(BadLine(item.where, item.line, not_utf8(item.raw) or f"not valid JSON: {exc}"), torn=False)
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
             report.bad(BadLine(item.where, item.line, "not a result record (no string id)"), torn=False)

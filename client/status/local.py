@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 from rich.table import Table
+from rich.text import Text
 
 from client.core.durations import format_duration
 from client.core.errors import ConfigError
@@ -88,6 +89,7 @@ class LocalStatus:
     shards: set[str] = field(default_factory=set)
     torn: int = 0
     corrupt: int = 0
+    unread_examples: list[str] = field(default_factory=list)  # FILE:LINE: problem, the first few
     total: int | None = None
     conversations: bool = False  # --turns all: done and the rate count finished conversations
 
@@ -207,6 +209,7 @@ def read_local(out: Path, prompt_paths: Sequence[Path], *, now: float) -> LocalS
         for _, record in iter_records(str(out), report):
             _add_record(status, record)
         status.torn, status.corrupt = report.torn_tails, report.corrupt
+        status.unread_examples = [str(bad) for bad in report.examples]
     status.failed_ids = _failed_ids(out)
     if prompt_paths:
         shard = status.shard
@@ -232,7 +235,7 @@ def as_json(status: LocalStatus) -> dict[str, Any]:
         "first_created": status.first_created, "last_created": status.last_created,
         "rate_window_s": round(status.window_s, 1), "records_in_window": status.recent_records,
         "rate_per_s": round(status.rate, 4), "tokens_per_s": round(status.token_rate, 1), "eta_s": status.eta_s,
-        "torn_tails": status.torn, "corrupt_lines": status.corrupt,
+        "torn_tails": status.torn, "corrupt_lines": status.corrupt, "unreadable_examples": status.unread_examples,
     }
 
 
@@ -269,4 +272,6 @@ def render(status: LocalStatus) -> Table:
     table.add_row("ETA", eta_text)
     if status.torn or status.corrupt:
         table.add_row("unread", f"{status.torn} torn last line(s), {status.corrupt} unreadable line(s)")
+        for example in status.unread_examples[:3]:
+            table.add_row("", Text(example))  # Text: a FILE:LINE may hold `[`, which markup would eat
     return table
