@@ -15,6 +15,7 @@ from client.core.options import (
     port_number,
     positive_float,
     positive_int,
+    seed_number,
 )
 
 Checker = Callable[[str], Any]
@@ -24,6 +25,8 @@ Checker = Callable[[str], Any]
     (positive_int, "1", 1), (positive_int, "512", 512), (non_negative_int, "0", 0),
     (positive_float, "0.5", 0.5), (non_negative_float, "0", 0.0), (float_in(0, 2), "2", 2.0),
     (float_in(0, 1), "0", 0.0), (port_number, "0", 0), (port_number, "9400", 9400), (port_number, "65535", 65535),
+    (seed_number, "0", 0), (seed_number, "11", 11), (seed_number, "-1", -1),
+    (seed_number, "9223372036854775807", 2**63 - 1), (seed_number, "-9223372036854775808", -(2**63)),
 ])
 def test_accepts(check: Checker, text: str, value: Any) -> None:
     assert check(text) == value
@@ -44,6 +47,16 @@ def test_accepts(check: Checker, text: str, value: Any) -> None:
     (port_number, "65536", "must be a port from 0 to 65535, got 65536"),
     (port_number, "-1", "must be a port from 0 to 65535, got -1"),
     (port_number, "http", "not a whole number: 'http'"),
+    (seed_number, "18446744073709551616",
+     "must be a whole number from -9223372036854775808 to 9223372036854775807 (signed 64-bit), "
+     "got 18446744073709551616"),
+    (seed_number, "9223372036854775808",
+     "must be a whole number from -9223372036854775808 to 9223372036854775807 (signed 64-bit), "
+     "got 9223372036854775808"),
+    (seed_number, "-9223372036854775809",
+     "must be a whole number from -9223372036854775808 to 9223372036854775807 (signed 64-bit), "
+     "got -9223372036854775809"),
+    (seed_number, "1.5", "not a whole number: '1.5'"),
 ])
 def test_refuses_with_a_message(check: Checker, text: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as caught:

@@ -10,6 +10,10 @@ from collections.abc import Callable
 # One default for every tool that talks to the fleet (the run, the estimate's calibration).
 DEFAULT_MAX_IN_FLIGHT = 512
 
+# A sampling seed goes out in the request's JSON: orjson cannot write an integer past 64 bits, and vLLM
+# refuses one outside a signed 64-bit integer (torch.long), so that range is the one every server takes.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+
 
 def _number(text: str) -> float:
     try:
@@ -47,6 +51,15 @@ def port_number(text: str) -> int:
     value = _whole(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {value}")
+    return value
+
+
+def seed_number(text: str) -> int:
+    """A sampling seed: a whole number in the signed 64-bit range (SEED_MIN..SEED_MAX)."""
+    value = _whole(text)
+    if not SEED_MIN <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from {SEED_MIN} to {SEED_MAX} (signed 64-bit), "
+                                         f"got {value}")
     return value
 
 

@@ -16,6 +16,7 @@ from client.core.options import (
     port_number,
     positive_float,
     positive_int,
+    seed_number,
 )
 from client.core.payload import SamplingSettings
 from client.fleet.options import add_network_options
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="an extension field (SGLang, vLLM); none: do not send it (default: %(default)s)")
     sampling.add_argument("--presence-penalty", type=float_in(-2, 2), default=defaults.presence_penalty,
                           help="in [-2, 2] (default: %(default)s)")
-    sampling.add_argument("--seed", type=int, help="sampling seed sent with every request")
+    sampling.add_argument("--seed", type=seed_number, help="sampling seed sent with every request")
     sampling.add_argument("--no-thinking", action="store_true",
                           help="send chat_template_kwargs.enable_thinking=false (thinking is on by default)")
     sampling.add_argument("--compat", choices=COMPAT_CHOICES, default="auto",
