@@ -10,6 +10,7 @@ import pytest
 
 from client.core.options import (
     float_in,
+    non_empty_path,
     non_negative_float,
     non_negative_int,
     port_number,
@@ -25,6 +26,7 @@ Checker = Callable[[str], Any]
     (positive_int, "1", 1), (positive_int, "512", 512), (non_negative_int, "0", 0),
     (positive_float, "0.5", 0.5), (non_negative_float, "0", 0.0), (float_in(0, 2), "2", 2.0),
     (float_in(0, 1), "0", 0.0), (port_number, "0", 0), (port_number, "9400", 9400), (port_number, "65535", 65535),
+    (non_empty_path, "runs/first", "runs/first"), (non_empty_path, ".", "."), (non_empty_path, " ", " "),
     (seed_number, "0", 0), (seed_number, "11", 11), (seed_number, "-1", -1),
     (seed_number, "9223372036854775807", 2**63 - 1), (seed_number, "-9223372036854775808", -(2**63)),
 ])
@@ -57,6 +59,8 @@ def test_accepts(check: Checker, text: str, value: Any) -> None:
      "must be a whole number from -9223372036854775808 to 9223372036854775807 (signed 64-bit), "
      "got -9223372036854775809"),
     (seed_number, "1.5", "not a whole number: '1.5'"),
+    (non_empty_path, "", "must name a directory, got an empty path (give e.g. runs/first, or . for the current "
+                         "directory)"),
 ])
 def test_refuses_with_a_message(check: Checker, text: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as caught:

@@ -63,6 +63,14 @@ def seed_number(text: str) -> int:
     return value
 
 
+def non_empty_path(text: str) -> str:
+    """A path that names something: `""` would be read as the current directory (pathlib makes it `.`)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must name a directory, got an empty path (give e.g. runs/first, or . "
+                                         "for the current directory)")
+    return text
+
+
 def positive_float(text: str) -> float:
     value = _number(text)
     if value <= 0:

@@ -25,6 +25,7 @@ from client.core.ids import line_id
 from client.core.options import (
     DEFAULT_MAX_IN_FLIGHT,
     add_s3_endpoint_url,
+    non_empty_path,
     non_negative_float,
     positive_float,
     positive_int,
@@ -95,6 +96,10 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def _out_dir(text: str) -> Path:
+    return Path(non_empty_path(text))  # Path("") is the current directory: the sample would land there
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client.estimate", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -106,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     way.add_argument("--sample", type=_sample_size, metavar="N|P%",
                      help="sample size: a count or a share of the set (default: 5x the fleet's decode slots, "
                           "at least 500)")
-    way.add_argument("--out", type=Path, metavar="DIR",
+    way.add_argument("--out", type=_out_dir, metavar="DIR",
                      help="where the sample and its results go (default: ./estimate-<time>); must be new or empty")
     way.add_argument("--seed", type=int, default=0, help="seed of the sample draw and the bootstrap (default: 0)")
     way.add_argument("--model", help="model to request (default: the one the servers list)")

@@ -11,6 +11,7 @@ from typing import TypeVar
 from client.core.options import (
     DEFAULT_MAX_IN_FLIGHT,
     float_in,
+    non_empty_path,
     non_negative_float,
     non_negative_int,
     port_number,
@@ -106,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--prompts", action="append", required=True, metavar="FILE|DIR",
                       help="PromptRecord JSONL file (.jsonl, .jsonl.gz or .jsonl.zst), or a directory of them "
                            "(read in sorted order); repeat for several")
-    data.add_argument("--out", required=True, metavar="DIR", help="results directory (segments/, failures/)")
+    data.add_argument("--out", required=True, type=non_empty_path, metavar="DIR",
+                      help="results directory (segments/, failures/)")
     data.add_argument("--allow-settings-change", action="store_true",
                       help="resume even though the settings that shape the data (model, sampling, thinking, "
                            "--turns, the field set) differ from those in OUT/run.json; the change is appended "
