@@ -188,12 +188,13 @@ def test_kill_9_and_resume_keep_every_id_once_with_its_ids_and_export_exactly(
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     table = pq.read_table(export).to_pylist()
-    by_length = {len(r["prompt_token_ids"]) + len(r["completion_token_ids"]): r for r in records}
     assert len(table) == count
-    for row in table:
-        record = by_length[row["seq_len"]]
-        assert row["input_ids"] == record["prompt_token_ids"] + record["completion_token_ids"]
-        assert row["loss_mask"] == [0] * len(record["prompt_token_ids"]) + [1] * len(record["completion_token_ids"])
+    # Rows and records as multisets: each row is one record's server ids, prompt masked out.
+    rows = sorted((row["input_ids"], row["loss_mask"], row["seq_len"]) for row in table)
+    expected = sorted((r["prompt_token_ids"] + r["completion_token_ids"],
+                       [0] * len(r["prompt_token_ids"]) + [1] * len(r["completion_token_ids"]),
+                       len(r["prompt_token_ids"]) + len(r["completion_token_ids"])) for r in records)
+    assert rows == expected
 
 
 def _scheduler(server: SGLangServer) -> psutil.Process:
@@ -231,11 +232,11 @@ def test_a_server_warming_up_answers_503_and_joins_when_ready(sglang_model_dirs:
         out = tmp_path / "out"
         proc = subprocess.Popen(client_command(["--endpoints", server.url, "--prompts", str(prompts), "--out",
                                                 str(out), "--max-tokens", "64", "--progress-every", "1"]),
-                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        lines: list[str] = []
-        stderr = proc.stderr
-        assert stderr is not None
-        reader = threading.Thread(target=lambda: lines.extend(iter(stderr.readline, "")), daemon=True)
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []  # the plain progress lines (stdout) and the log (stderr), as they come
+        output = proc.stdout
+        assert output is not None
+        reader = threading.Thread(target=lambda: lines.extend(iter(output.readline, "")), daemon=True)
         reader.start()
         wait_until(lambda: any("not ready: /health answered 503" in line for line in lines),
                    "the client to report the server's 503", timeout=120, proc=proc)
