@@ -42,6 +42,12 @@ _MISSING_BUCKET = {"NoSuchBucket"}
 _MISSING_KEY = {"NoSuchKey", "404", "NotFound"}
 _BUSY_CODES = {"SlowDown", "RequestTimeout", "ServiceUnavailable", "InternalError", "RequestTimeTooSkewed"}
 
+# The IAM actions behind the calls below (docs/s3.md lists the same): head_bucket and list_objects_v2 need
+# ListBucket, start-up's list_multipart_uploads needs ListBucketMultipartUploads (both on the bucket);
+# the object reads, writes and multipart parts need GetObject, PutObject and AbortMultipartUpload.
+PERMISSIONS = ("the client needs s3:ListBucket and s3:ListBucketMultipartUploads on the bucket, and "
+               "s3:GetObject, s3:PutObject and s3:AbortMultipartUpload on the prefix")
+
 
 @dataclass(frozen=True, slots=True)
 class S3Url:
@@ -128,8 +134,7 @@ class S3Store:
                                      "or fix --s3 (and --s3-endpoint-url / AWS_DEFAULT_REGION)")
             if code in _ACCESS_CODES or status == 403:
                 return S3AccessError(f"access denied to {action} on {self._where()} ({code}: {message}): check "
-                                     "the AWS credentials, the region and the bucket policy (the client needs "
-                                     "s3:ListBucket, s3:GetObject, s3:PutObject and s3:AbortMultipartUpload)")
+                                     f"the AWS credentials, the region and the bucket policy ({PERMISSIONS})")
             if code == "PreconditionFailed" or status == 412:
                 return S3Conflict(f"{action}: a conditional write did not hold ({message})", code)
             if code in _BUSY_CODES or status >= 500 or status == 429:
