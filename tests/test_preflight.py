@@ -59,7 +59,8 @@ def test_field_policy(compat: str, kinds: list[str], sent: set[str]) -> None:
 ])
 def test_payload_and_record_follow_the_policy(policy: FieldPolicy, settings: SamplingSettings,
                                               in_payload: set[str], recorded: set[str]) -> None:
-    payload = build_payload(PROMPT, PROMPT.messages, settings, model="m", id_fields={"return_token_ids": True}, policy=policy)
+    payload = build_payload(PROMPT, PROMPT.messages, settings, model="m", id_fields={"return_token_ids": True},
+                            policy=policy)
     expected_ids = {"return_token_ids"} if policy.allows("return_token_ids") else set()
     assert set(payload) & EXTENSIONS == in_payload | expected_ids
     record = settings.recorded(policy)

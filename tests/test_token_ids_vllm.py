@@ -27,7 +27,8 @@ def _payload(server: VLLMServer, messages: list[dict[str, Any]], seed: int) -> d
     prompt = Prompt(id="x", messages=messages, tools=None, meta=None, source="test", line=0)
     settings = SamplingSettings(max_tokens=24, temperature=1.0, top_p=1.0, top_k=None, min_p=None, seed=seed)
     policy = FieldPolicy(frozenset({"chat_template_kwargs", "return_token_ids"}), "vllm")
-    return build_payload(prompt, messages, settings, model=server.model_name, id_fields={"return_token_ids": True}, policy=policy)
+    return build_payload(prompt, messages, settings, model=server.model_name, id_fields={"return_token_ids": True},
+                         policy=policy)
 
 
 @pytest.mark.vllm
