@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launch.sim.config import DEFAULT_MODEL_NAME, FaultRates, SimConfig
 from launch.sim.server import serve_forever
+from launch.sim.tokens import check_dir
 
 _DESCRIPTION = """\
 Serve over HTTP what a client sees of an SGLang 0.5.23 server running Qwen3.6-27B with
@@ -93,8 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--omit-done", action="store_true", help="never send data: [DONE]")
     g.add_argument("--omit-nulls", action="store_true", help="drop null fields from stream chunks")
     g.add_argument("--tokenizer", metavar="DIR",
-                   help="tokenizer.json + tokenizer_config.json (with the chat template): non-streaming replies "
-                        "then carry token_ids / prompt_token_ids on return_token_ids (default: no ids)")
+                   help="a tokenizer.json and the chat template (chat_template.jinja, or tokenizer_config.json's "
+                        "chat_template): prompts are rendered and counted as SGLang does, and replies carry "
+                        "their ids where asked (response_token_ids, sglext input_ids/output_ids) (default: no ids)")
+    g.add_argument("--context-length", type=_positive_int, default=d.context_length,
+                   help="SGLang's --context-length: longer prompts and larger max_tokens are refused "
+                        "(default: %(default)s)")
+    g.add_argument("--tool-call-parser", choices=["qwen3_coder", "qwen"], default=d.tool_call_parser,
+                   help="SGLang's --tool-call-parser; qwen strips the non-streaming text before a call "
+                        "(default: %(default)s)")
 
     g = p.add_argument_group("fault injection (rates in [0, 1], per request)")
     g.add_argument("--fail-500", type=_rate, default=f.fail_500, help="HTTP 500 before streaming")
@@ -115,10 +123,12 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
     parser = build_parser()
     a = parser.parse_args(argv)
     if a.tokenizer is not None:
-        folder = Path(a.tokenizer)
-        missing = [name for name in ("tokenizer.json", "tokenizer_config.json") if not (folder / name).is_file()]
-        if missing:
-            parser.error(f"--tokenizer {a.tokenizer}: no {' or '.join(missing)} there (a tokenizer directory has both)")
+        try:
+            check_dir(Path(a.tokenizer))
+        except (OSError, ValueError) as exc:
+            parser.error(f"--tokenizer: {exc}")
+    if a.context_length < 2:
+        parser.error("--context-length must be at least 2")
     faults = FaultRates(fail_500=a.fail_500, fail_429=a.fail_429, drop_stream=a.drop_stream,
                         stall_stream=a.stall_stream, error_event=a.error_event, retry_after=a.retry_after,
                         stall_seconds=a.stall_seconds)
@@ -130,6 +140,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
         mean_tokens=a.mean_tokens, max_gen_tokens=a.max_gen_tokens, tool_call_rate=a.tool_call_rate,
         reasoning_field=a.reasoning_field, omit_done=a.omit_done, omit_nulls=a.omit_nulls,
         strict_model=a.strict_model, faults=faults, log_level=a.log_level, tokenizer=a.tokenizer,
+        context_length=a.context_length, tool_call_parser=a.tool_call_parser,
     )
 
 

@@ -1,18 +1,18 @@
 """HTTP routes of the simulated server (aiohttp): chat completions, health, load and metrics views.
 
-Validation and error bodies follow SGLang's OpenAI layer (`serving_chat.py`, `serving_base.py`): errors
-are flat `ErrorResponse` objects with HTTP 400 for bad requests. Like SGLang, a stream's HTTP headers go
-out only with its first generated token, so time in the queue shows up as time to first byte. With
-`stream_options.continuous_usage_stats`, every chunk carries the running usage, as SGLang's
-`_generate_stream_content` attaches `UsageProcessor.calculate_token_usage(...)` to each chunk.
-A non-streaming reply carries token ids, MTP and cache details as asked, in the shapes of SGLang
-0.5.23's `protocol.py` and `serving_chat.py` (launch.sim.tokens cites them field by field).
+A chat request is read and checked as SGLang reads it (launch.sim.request), its prompt counted (with
+`--tokenizer`, rendered and tokenized as SGLang does: launch.sim.render, launch.sim.tokens), then generated
+by the capacity model and written in SGLang 0.5.23's wire shapes (launch.sim.wire). Like SGLang, a stream's
+HTTP headers go out only with its first generated token, so time in the queue shows up as time to first
+byte. Token ids, MTP and prefix-cache figures come in `sglext` as `serving_chat.py` places them: at the
+response's top level without streaming, in a chunk of their own after the finish chunk when streaming.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
@@ -23,9 +23,11 @@ import orjson
 from aiohttp import web
 
 from launch.sim import status, wire
-from launch.sim.config import CONTEXT_LENGTH, SimConfig
+from launch.sim.config import STOP_TOKEN_ID, SimConfig
 from launch.sim.engine import Engine, EngineRequest
 from launch.sim.faults import Fault, FaultInjector, FaultKind
+from launch.sim.render import TemplateInputError
+from launch.sim.request import ChatRequest, Refusal, bad, check_lengths, parse
 from launch.sim.script import ReplyCursor, Script, build_script
 from launch.sim.tokens import SimTokenizer, cached_tokens, spec_details
 
@@ -57,72 +59,85 @@ def _error(code: int, message: str, err_type: str, param: str | None = None) -> 
     return _json(wire.error_body(message, err_type, code, param), code)
 
 
+def _refused(refusal: Refusal) -> web.Response:
+    if refusal.text:  # FastAPI's own answer to an exception it did not expect
+        return web.Response(text=refusal.message, status=refusal.status, content_type="text/plain")
+    return _error(refusal.status, refusal.message, refusal.err_type)
+
+
 def _model_not_found(model: str) -> web.Response:
     body = {"error": {"message": f"The model '{model}' does not exist", "type": "invalid_request_error",
                       "param": "model", "code": "model_not_found"}}
     return _json(body, 404)
 
 
-def _max_tokens(body: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    """(the request's output cap, or an error message)."""
-    value = body.get("max_completion_tokens")
-    if value is None:
-        value = body.get("max_tokens")
-    if value is None:
-        return None, None
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None, "max_tokens must be an integer"
-    if value <= 0:
-        return None, "max_tokens must be positive"
-    if value > CONTEXT_LENGTH:
-        return None, (f"max_completion_tokens is too large: {value}."
-                      f"This model supports at most {CONTEXT_LENGTH} completion tokens.")
-    return value, None
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """Usage at any point of a reply: the script's positions mapped onto the counted tokens, so running
+    counts grow with the stream and end at the exact totals (the ids' counts with a tokenizer)."""
+
+    prompt: int
+    completion: int
+    reasoning: int
+    target: int  # script positions of the whole reply
+
+    def at(self, generated: int) -> dict[str, Any]:
+        if not self.target:
+            return wire.usage(self.prompt, 0, self.reasoning)
+        done = generated * self.completion // self.target
+        return wire.usage(self.prompt, done, min(done, self.reasoning))
+
+    @property
+    def final(self) -> dict[str, Any]:
+        return self.at(self.target)
 
 
-def _thinking(body: Mapping[str, Any]) -> bool:
-    kwargs = body.get("chat_template_kwargs")
-    if isinstance(kwargs, Mapping) and "enable_thinking" in kwargs:
-        return bool(kwargs["enable_thinking"])
-    return True
+class _Prepared:
+    """A request checked and planned: its script, the cut, and the ids when there is a tokenizer."""
 
+    def __init__(self, st: SimState, req: ChatRequest) -> None:
+        cfg = st.config
+        self.req = req
+        self.prompt_ids = st.tokenizer.prompt_ids(req.body) if st.tokenizer is not None else None
+        script = build_script(req.body, req.thinking, cfg)
+        if self.prompt_ids is not None:
+            script = dataclasses.replace(script, prompt_tokens=len(self.prompt_ids))
+        check_lengths(script.prompt_tokens, req.max_tokens, cfg.context_length)
+        self.script = script
+        # Without max_tokens SGLang lets a reply run to the end of the context.
+        cap = req.max_tokens if req.max_tokens is not None else cfg.context_length - script.prompt_tokens
+        self.target, self.finish = script.cut(cap)
+        # The whole reply's text, for the non-streaming message and the ids; a plain stream makes it as it goes.
+        self.message: dict[str, Any] = {}
+        if st.tokenizer is not None or not req.stream:
+            self.message = wire.message(ReplyCursor(script).advance(self.target), script, cfg.reasoning_field,
+                                        strip_before_calls=cfg.tool_call_parser == "qwen")
+        self.output_ids: list[int] | None = None
+        reasoning = script.reasoning_in(self.target)
+        completion = self.target
+        if st.tokenizer is not None:
+            ids = st.tokenizer.completion_ids(req.body, req.thinking, self.message, self.finish)
+            self.output_ids, completion, reasoning = ids.ids, len(ids.ids), ids.reasoning_tokens
+        if not self.target and req.thinking:
+            # At max_tokens 0 SGLang still counts the one token its prefill sampled (and dropped) as reasoning.
+            reasoning = 1
+        self.tally = Tally(script.prompt_tokens, completion, reasoning, self.target)
+        stop_id = st.tokenizer.eos_id if st.tokenizer is not None else STOP_TOKEN_ID
+        self.stop_id = stop_id if self.finish in ("stop", "tool_calls") else None
 
-def _validate(body: Mapping[str, Any], config: SimConfig) -> web.Response | None:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return _error(400, "Messages cannot be empty.", "BadRequestError")
-    tools = body.get("tools")
-    if tools is not None and not (
-        isinstance(tools, list)
-        and all(isinstance(t, Mapping) and isinstance(t.get("function"), Mapping)
-                and isinstance(t["function"].get("name"), str) for t in tools)
-    ):
-        return _error(400, "Each tool needs a function with a name.", "BadRequestError")
-    choice = body.get("tool_choice")
-    if choice == "required" and not tools:
-        return _error(400, "Tools cannot be empty if tool choice is set to required.", "BadRequestError")
-    if isinstance(choice, Mapping):
-        fn = choice.get("function")
-        name = fn.get("name") if isinstance(fn, Mapping) else None
-        if not tools:
-            return _error(400, "Tools cannot be empty if tool choice is set to a specific tool.",
-                          "BadRequestError")
-        if not any(t["function"]["name"] == name for t in tools):
-            return _error(400, f"Tool '{name}' not found in tools list.", "BadRequestError")
-    model = body.get("model", "default")
-    if config.strict_model and model not in (config.model_name, "default"):
-        return _model_not_found(str(model))
-    _, problem = _max_tokens(body)
-    if problem:
-        return _error(400, problem, "BadRequestError")
-    if body.get("stream"):
-        if body.get("return_prompt_token_ids"):
-            return _error(400, "return_prompt_token_ids is not supported with streaming. Please set "
-                          "stream=false when using return_prompt_token_ids=true.", "BadRequestError")
-        if body.get("return_token_ids"):
-            return _error(400, "return_token_ids is not supported with streaming on /v1/chat/completions. "
-                          "Please set stream=false when using return_token_ids=true.", "BadRequestError")
-    return None
+    def sglext(self) -> dict[str, Any]:
+        """The `SglExt` fields asked for, in its field order."""
+        ext: dict[str, Any] = {}
+        if self.req.asks("return_cached_tokens_details"):
+            cached = cached_tokens(self.script.text_seed, self.tally.prompt)
+            ext["cached_tokens_details"] = {"device": cached, "host": 0}
+        if self.req.asks("return_spec_tokens_details"):
+            ext["spec_tokens_details"] = spec_details(self.script.text_seed, self.tally.completion)
+        if self.req.input_ids and self.prompt_ids is not None:
+            ext["input_ids"] = self.prompt_ids
+        if self.req.output_ids and self.output_ids is not None:
+            ext["output_ids"] = [self.output_ids]
+        return ext
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -130,14 +145,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if not st.ready:
         return _error(503, "The server is still starting up.", "ServiceUnavailable")
     try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError as exc:
-        return _error(400, f"Invalid JSON body: {exc}", "BadRequestError")
-    if not isinstance(body, dict):
-        return _error(400, "The request body must be a JSON object.", "BadRequestError")
-    invalid = _validate(body, st.config)
-    if invalid is not None:
-        return invalid
+        req = parse(await request.read(), request.headers, st.config)
+        if st.config.strict_model and req.model not in (st.config.model_name, "default"):
+            return _model_not_found(req.model)
+        try:
+            plan = _Prepared(st, req)
+        except TemplateInputError as exc:
+            raise bad(str(exc), "BadRequest") from exc
+    except Refusal as refusal:
+        return _refused(refusal)
 
     fault = st.faults.draw()
     if fault.kind is FaultKind.FAIL_500:
@@ -147,12 +163,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return _json(wire.error_body("Too many requests: simulated overload", "TooManyRequests", 429), 429,
                      headers={"Retry-After": retry})
 
-    script = build_script(body, _thinking(body), st.config)
-    target, finish = script.cut(_max_tokens(body)[0])
-    ereq = st.engine.submit(target, script.prompt_tokens)
-    call = _Call(request, st.config, body, script, target, finish, fault, ereq, st.tokenizer)
+    ereq = st.engine.submit(plan.target, plan.script.prompt_tokens)
+    call = _Call(request, st.config, plan, fault, ereq)
     try:
-        return await (call.stream() if body.get("stream") else call.complete())
+        return await (call.stream() if req.stream else call.complete())
     finally:
         st.engine.release(ereq)
 
@@ -160,50 +174,51 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 class _Call:
     """One chat request in flight: walks the engine's progress and writes the reply."""
 
-    def __init__(self, request: web.Request, config: SimConfig, body: Mapping[str, Any], script: Script,
-                 target: int, finish: str, fault: Fault, ereq: EngineRequest,
-                 tokenizer: SimTokenizer | None = None) -> None:
+    def __init__(self, request: web.Request, config: SimConfig, plan: _Prepared, fault: Fault,
+                 ereq: EngineRequest) -> None:
         self.request = request
-        self.tokenizer = tokenizer
         self.config = config
-        self.body = body
-        self.script = script
-        self.target = target
-        self.finish = finish
+        self.plan = plan
+        self.script: Script = plan.script
+        self.target = plan.target
         self.fault = fault
         self.ereq = ereq
         self.rid = uuid.uuid4().hex
         self.created = int(time.time())
-        model = body.get("model")
-        self.model = model if isinstance(model, str) else "default"
-        self.cursor = ReplyCursor(script)
-        self.strike = fault.trigger_token(target) if fault.kind.mid_stream else None
+        self.cursor = ReplyCursor(plan.script)
+        # An empty reply (max_tokens 0) has no stream to break.
+        self.strike = fault.trigger_token(self.target) if fault.kind.mid_stream and self.target else None
 
     def _abort_connection(self) -> None:
         transport = self.request.transport
         if transport is not None:
             transport.abort()
 
+    async def _open(self) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(self.request)
+        return resp
+
     async def stream(self) -> web.StreamResponse:
-        cfg = self.config
-        opts = self.body.get("stream_options")
-        include_usage = isinstance(opts, Mapping) and bool(opts.get("include_usage"))
-        continuous = isinstance(opts, Mapping) and bool(opts.get("continuous_usage_stats"))
-        writer = wire.ChunkWriter(self.rid, self.created, self.model, cfg.reasoning_field, cfg.omit_nulls)
+        cfg, req, tally = self.config, self.plan.req, self.plan.tally
+        writer = wire.ChunkWriter(self.rid, self.created, req.model, cfg.reasoning_field, cfg.omit_nulls,
+                                  tool_parsing=req.tool_parsing)
         resp: web.StreamResponse | None = None
         sent = 0
         try:
+            if self.target == 0:
+                resp = await self._open()
+                await resp.write(writer.role())
             while sent < self.target:
                 upto = min(await self.ereq.wait_beyond(sent), self.target)
                 if self.strike is not None and upto >= self.strike:
                     upto = max(sent, self.strike)
-                running = wire.usage(self.script, upto) if continuous else None
+                running = tally.at(upto) if req.continuous_usage else None
                 out = writer.pieces(self.cursor.advance(upto), self.script, running)
                 sent = upto
                 if resp is None:
-                    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                                       "Cache-Control": "no-cache"})
-                    await resp.prepare(self.request)
+                    resp = await self._open()
                     out.insert(0, writer.role())
                 if self.strike is not None and sent >= self.strike:
                     await resp.write(b"".join(out))
@@ -211,10 +226,13 @@ class _Call:
                         return resp
                     continue
                 await resp.write(b"".join(out))
-            assert resp is not None  # target >= 1, so the loop ran
-            tail = [writer.finish(self.finish, wire.usage(self.script, self.target) if continuous else None)]
-            if include_usage:
-                tail.append(writer.usage(self.script, self.target))
+            assert resp is not None  # opened before the loop or in its first pass
+            tail = [writer.finish(self.plan.finish, self.plan.stop_id)]
+            ext = self.plan.sglext()
+            if ext:
+                tail.append(writer.sglext(ext, req.ids_framed))
+            if req.include_usage:
+                tail.append(writer.usage(tally.final))
             if not cfg.omit_done:
                 tail.append(wire.DONE)
             await resp.write(b"".join(tail))
@@ -249,34 +267,21 @@ class _Call:
             if self.fault.kind is FaultKind.ERROR_EVENT:
                 return _error(500, "Simulated engine failure.", "InternalServerError")
             await asyncio.sleep(self.config.faults.stall_seconds)
-        await self.ereq.wait_finished()
-        pieces = self.cursor.advance(self.target)
-        body = wire.completion(self.rid, self.created, self.model, self.script, self.target, self.finish,
-                               pieces, self.config.reasoning_field)
-        self._extensions(body)
+        if self.target:
+            await self.ereq.wait_finished()
+        plan = self.plan
+        matched = None if plan.finish == "tool_calls" else plan.stop_id
+        body = wire.completion(self.rid, self.created, plan.req.model, plan.message, plan.finish, matched,
+                               plan.tally.final)
+        choice, ask = body["choices"][0], plan.req.asks
+        if plan.prompt_ids is not None and (ask("return_token_ids") or ask("return_prompt_token_ids")):
+            choice["prompt_token_ids"] = plan.prompt_ids
+        if plan.output_ids is not None and ask("return_token_ids"):
+            choice["response_token_ids"] = plan.output_ids
+        ext = plan.sglext()
+        if ext:
+            body["sglext"] = ext
         return _json(body)
-
-    def _extensions(self, body: dict[str, Any]) -> None:
-        """Token ids (with a tokenizer), and SGLang's `sglext` details, as asked (launch.sim.tokens)."""
-        choice, usage, ask = body["choices"][0], body["usage"], self.body.get
-        if self.tokenizer is not None:
-            ids = self.tokenizer.ids(dict(self.body), _thinking(self.body), choice["message"], self.finish)
-            usage.update(prompt_tokens=len(ids.prompt), completion_tokens=len(ids.completion),
-                         total_tokens=len(ids.prompt) + len(ids.completion), reasoning_tokens=ids.reasoning_tokens)
-            usage["completion_tokens_details"] = {"reasoning_tokens": ids.reasoning_tokens}
-            if ask("return_token_ids"):
-                choice["token_ids"] = ids.completion
-            if ask("return_token_ids") or ask("return_prompt_token_ids"):
-                choice["prompt_token_ids"] = ids.prompt
-        sglext: dict[str, Any] = {}
-        if ask("return_cached_tokens_details"):
-            cached = cached_tokens(self.script.text_seed, usage["prompt_tokens"])
-            usage["prompt_tokens_details"] = {"cached_tokens": cached}
-            sglext["cached_tokens_details"] = {"device": cached, "host": 0}
-        if ask("return_spec_tokens_details"):
-            sglext["spec_tokens_details"] = spec_details(self.script.text_seed, usage["completion_tokens"])
-        if sglext:
-            body["sglext"] = sglext
 
 
 async def health(request: web.Request) -> web.Response:

@@ -12,8 +12,14 @@ from typing import Literal
 DEFAULT_MODEL_NAME = "Qwen/Qwen3.6-27B"
 SGLANG_VERSION = "0.5.23"
 CONTEXT_LENGTH = 262_144
+# Qwen3.6's <|im_end|>: the `matched_stop` of a reply that stopped by itself, when no --tokenizer names it.
+STOP_TOKEN_ID = 248_046
 
 ReasoningField = Literal["reasoning_content", "reasoning"]
+# SGLang's --tool-call-parser for Qwen3.6 (XML calls) and for the JSON-in-tags Qwen2.5/Qwen3 format: they
+# differ, as a client sees them, in the non-streaming content before a call (kept by qwen3_coder,
+# stripped by qwen).
+ToolCallParser = Literal["qwen3_coder", "qwen"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,11 @@ class SimConfig:
     omit_done: bool = False
     omit_nulls: bool = False
     strict_model: bool = False
-    # A tokenizer directory (tokenizer.json + tokenizer_config.json with the chat template): with it, a
-    # non-streaming reply can carry token ids (launch.sim.tokens); without it, return_token_ids is ignored.
+    # SGLang's --context-length: prompts of this length or more, and output caps over it, are refused.
+    context_length: int = CONTEXT_LENGTH
+    tool_call_parser: ToolCallParser = "qwen3_coder"
+    # A tokenizer directory (tokenizer.json and the chat template): with it, replies can carry token ids and
+    # usage counts them (launch.sim.tokens); without it, the fields that ask for ids are ignored.
     tokenizer: str | None = None
     faults: FaultRates = FaultRates()
     log_level: str = "info"
@@ -74,6 +83,8 @@ class SimConfig:
             raise ValueError("speed must be positive")
         if self.tokens_per_chunk < 1:
             raise ValueError("tokens_per_chunk must be at least 1")
+        if self.context_length < 2:
+            raise ValueError("context_length must be at least 2")
         if self.mean_tokens < 1 or self.max_gen_tokens < 1:
             raise ValueError("mean_tokens and max_gen_tokens must be at least 1")
         for name in ("fail_500", "fail_429", "drop_stream", "stall_stream", "error_event"):

@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from launch.sim.config import SimConfig
 
@@ -65,6 +65,9 @@ class RankStats:
     gen_throughput: float = 0.0
     window_start: float = 0.0
     window_tokens: int = 0
+    prefill_busy_us: int = 0
+    # SGLang's decode moment sums: steps, batch, step_us, batch^2, batch*step_us, generated tokens.
+    decode_moments: list[float] = field(default_factory=lambda: [0.0] * 6)
 
 
 class Rank:
@@ -121,12 +124,13 @@ class Rank:
             prefill += req.prompt_tokens
         return prefill
 
-    def _step_seconds(self, prefill_tokens: int) -> float:
+    def _step_seconds(self, prefill_tokens: int) -> tuple[float, float]:
+        """(decode, prefill) seconds of the next step."""
         cfg = self.config
         batch = len(self.running)
-        ms = cfg.step_ms * (1 + cfg.batch_cost * batch / cfg.max_running)
-        ms += cfg.prefill_ms_per_1k * prefill_tokens / 1000
-        return ms / 1000 / cfg.speed
+        decode_ms = cfg.step_ms * (1 + cfg.batch_cost * batch / cfg.max_running)
+        prefill_ms = cfg.prefill_ms_per_1k * prefill_tokens / 1000
+        return decode_ms / 1000 / cfg.speed, prefill_ms / 1000 / cfg.speed
 
     def _tokens_this_step(self) -> int:
         k = self.config.tokens_per_chunk
@@ -143,16 +147,19 @@ class Rank:
                 continue
             prefill = self._admit()
             self.stats.prompt_tokens += prefill
+            decode_s, prefill_s = self._step_seconds(prefill)
+            self.stats.prefill_busy_us += int(prefill_s * 1e6)
             # Steps follow a schedule rather than sleeping their cost each time: the event loop cannot
             # sleep less than ~1 ms, so at high --speed short steps run back to back to keep the rate.
-            next_at += self._step_seconds(prefill)
+            next_at += decode_s + prefill_s
             delay = next_at - loop.time()
             if delay < -_MAX_LAG:
                 next_at, delay = loop.time(), 0.0  # far behind (CPU starved): do not burst to catch up
             await asyncio.sleep(max(0.0, delay))
-            self._decode_step()
+            self._decode_step(decode_s)
 
-    def _decode_step(self) -> None:
+    def _decode_step(self, seconds: float) -> None:
+        batch = len(self.running)
         made = 0
         done: list[EngineRequest] = []
         for req in self.running:
@@ -166,6 +173,9 @@ class Rank:
         for req in done:
             del self.running[req]
         st = self.stats
+        step_us = seconds * 1e6
+        for i, value in enumerate((1, batch, step_us, batch * batch, batch * step_us, made)):
+            st.decode_moments[i] += value
         st.generation_tokens += made
         st.finished_requests += len(done)
         st.window_tokens += made

@@ -260,7 +260,9 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
 
     calls: list[ToolCallScript] = []
     if calls_wanted:
-        content = rng.randint(0, 24)
+        # After thinking the first content token is the "\n\n" that follows </think> (ReplyCursor), so a
+        # call straight after the reasoning still streams that one content delta, as SGLang does.
+        content = max(int(thinking), rng.randint(0, 24))
         chosen = directed_tools if directed is not None else _pick_calls(
             tools, tool_choice, body.get("parallel_tool_calls", True) is not False, rng)
         for tool in chosen:
@@ -299,7 +301,10 @@ class TextSource:
 
 
 class ReplyCursor:
-    """Walks a script's token positions in order and turns each span of new tokens into pieces."""
+    """Walks a script's token positions in order and turns each span of new tokens into pieces.
+
+    A reply that thought opens its content with "\\n\\n", as Qwen3 writes `</think>\\n\\n` and SGLang's
+    qwen3 reasoning parser passes the newlines on as content."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
@@ -319,8 +324,11 @@ class ReplyCursor:
         if start < r_end:
             pieces.append(Piece("reasoning", self._reasoning.take(min(end, r_end) - start)))
         if start < c_end and end > r_end:
-            n = min(end, c_end) - max(start, r_end)
-            pieces.append(Piece("content", self._content.take(n)))
+            first = max(start, r_end)
+            n = min(end, c_end) - first
+            opens = first == r_end and r_end > 0  # this span holds the first content token after thinking
+            text = self._content.take(n - 1) if opens else self._content.take(n)
+            pieces.append(Piece("content", "\n\n" + text if opens else text))
         offset = c_end
         for i, call in enumerate(s.tool_calls):
             lo, hi = offset, offset + call.tokens

@@ -1,9 +1,10 @@
 """Read-only views of the engine: /v1/loads, /get_load, /metrics, /server_info and /v1/models bodies.
 
-Shapes follow SGLang: `entrypoints/v1_loads.py` + `GetLoadsReqOutput` (one entry per DP rank), the
-legacy `/get_load` shim in `http_server.py` (dp_rank, num_reqs, num_waiting_reqs, num_tokens,
-num_pending_tokens, ts_tic), `ModelCard`/`ModelList` in `openai/protocol.py`, and the Prometheus names
-of the production-metrics page (`sglang:` prefix, `model_name` label).
+Shapes follow SGLang 0.5.23: `entrypoints/v1_loads.py` + `managers/load_snapshot.py` `LoadSnapshot` (one
+entry per DP rank), the `/get_load` list of older SGLang releases (0.5.23 answers it 404; the simulator keeps
+it for clients of those: dp_rank, num_reqs, num_waiting_reqs, num_tokens, num_pending_tokens, ts_tic),
+`ModelCard`/`ModelList` in `openai/protocol.py`, and the Prometheus names of the production-metrics page
+(`sglang:` prefix, `model_name` label).
 """
 
 from __future__ import annotations
@@ -12,38 +13,52 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from launch.sim.config import CONTEXT_LENGTH, SGLANG_VERSION, SimConfig
+from launch.sim.config import SGLANG_VERSION, SimConfig
 from launch.sim.engine import Engine, Rank
 
 _ACCELERATOR = "Simulated GPU"
+# The `memory` section's figures are there for its shape, not for planning: Qwen3.6-27B's BF16 weights and
+# an assumed 64 KB of KV cache per token.
+_WEIGHT_GB = 54.0
+_KV_GB_PER_TOKEN = 64e-6
 
 
 def _rank_load(rank: Rank, config: SimConfig) -> dict[str, Any]:
+    """One `LoadSnapshot.to_dict()`: the core fields in SGLang's order, then the sections that apply
+    (`speculative` only with MTP, no `lora` section: the simulator serves no adapters)."""
     used = rank.used_tokens
     running = len(rank.running)
-    return {
-        "dp_rank": rank.index,
+    st = rank.stats
+    load: dict[str, Any] = {
         "timestamp": time.time(),
+        "dp_rank": rank.index,
         "num_running_reqs": running,
         "num_waiting_reqs": len(rank.waiting),
+        "num_waiting_uncached_tokens": rank.pending_tokens,
         "num_used_tokens": used,
         "num_total_tokens": used + rank.pending_tokens,
+        "num_active_tokens": used + rank.pending_tokens,
+        "num_prealloc_ready_tokens": 0,
         "max_total_num_tokens": config.max_total_tokens,
+        "max_running_requests": config.max_running,
         "token_usage": round(used / config.max_total_tokens, 4),
-        "gen_throughput": round(rank.stats.gen_throughput, 2),
+        "gen_throughput": round(st.gen_throughput, 2),
         "cache_hit_rate": 0.0,
         "utilization": round(running / config.max_running, 4),
-        "max_running_requests": config.max_running,
-        "memory": None,
-        "speculative": (
-            {"accept_length": float(config.tokens_per_chunk), "accept_rate": 1.0}
-            if config.tokens_per_chunk > 1
-            else None
-        ),
-        "lora": None,
-        "disaggregation": None,
-        "queues": {"waiting": len(rank.waiting), "grammar": 0, "paused": 0, "retracted": 0},
+        "total_prefill_uncached_tokens": st.prompt_tokens,
+        "total_prefill_busy_us": st.prefill_busy_us,
+        "decode_moments": list(st.decode_moments) if st.decode_moments[0] > 0 else None,
+        "memory": {"weight_gb": _WEIGHT_GB, "kv_cache_gb": round(config.max_total_tokens * _KV_GB_PER_TOKEN, 3),
+                   "graph_gb": 0.0, "token_capacity": config.max_total_tokens},
     }
+    if config.tokens_per_chunk > 1 and st.decode_moments[0] > 0:
+        load["speculative"] = {"accept_length": float(config.tokens_per_chunk), "accept_rate": 1.0}
+    load["disaggregation"] = {"mode": "null", "prefill_bootstrap_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
+                              "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
+                              "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
+                              "kv_transfer_latency_ms": 0.0}
+    load["queues"] = {"waiting": len(rank.waiting), "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}
+    return load
 
 
 def loads(engine: Engine, dp_rank: int | None = None) -> dict[str, Any]:
@@ -83,7 +98,7 @@ def model_card(config: SimConfig) -> dict[str, Any]:
         "owned_by": "sglang",
         "root": config.model_name,
         "parent": None,
-        "max_model_len": CONTEXT_LENGTH,
+        "max_model_len": config.context_length,
     }
 
 
@@ -98,11 +113,11 @@ def server_info(engine: Engine) -> dict[str, Any]:
         "served_model_name": c.model_name,
         "tp_size": 1,
         "dp_size": c.dp_size,
-        "context_length": CONTEXT_LENGTH,
+        "context_length": c.context_length,
         "max_running_requests": c.max_running,
         "max_total_num_tokens": c.max_total_tokens,
         "reasoning_parser": "qwen3",
-        "tool_call_parser": "qwen3_coder",
+        "tool_call_parser": c.tool_call_parser,
         "speculative_algorithm": "EAGLE" if c.tokens_per_chunk > 1 else None,
         "version": SGLANG_VERSION,
         "internal_states": [

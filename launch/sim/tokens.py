@@ -1,26 +1,23 @@
-"""Token ids, MTP figures and prefix-cache hits of a non-streaming reply, shaped as SGLang 0.5.23 gives them.
+"""Token ids, MTP figures and prefix-cache hits of a reply, shaped as SGLang 0.5.23 gives them.
 
-Shapes, from the SGLang 0.5.23 sources:
-- `python/sglang/srt/entrypoints/openai/protocol.py`: `ChatCompletionRequest.return_token_ids`,
-  `return_cached_tokens_details`, `return_spec_tokens_details`; `ChatCompletionResponseChoice.token_ids`
-  and `.prompt_token_ids` (left out of the JSON when None); `ChatCompletionResponse.sglext` (`SglExt`:
-  `cached_tokens_details` = `CachedTokensDetails{device, host}`, `spec_tokens_details` =
-  `SpecTokensDetails{spec_accept_rate, spec_accept_length, spec_verify_ct, spec_num_correct_drafts,
-  spec_num_proposed_drafts, spec_correct_drafts_histogram, ...}`, None fields dropped);
-  `UsageInfo.prompt_tokens_details` = `PromptTokensDetails{cached_tokens}`.
-- `python/sglang/srt/entrypoints/openai/serving_chat.py`: `return_token_ids` with `stream: true` is an
-  HTTP 400; the non-streaming response fills `token_ids` from the output ids and `prompt_token_ids` from
-  the input ids.
-- `python/sglang/srt/entrypoints/openai/utils.py`: `spec_tokens_details_from_meta_info`,
-  `process_cached_tokens_details_from_ret` (what the meta info becomes in `sglext`).
+Shapes, from the SGLang 0.5.23 sources (`python/sglang/srt/entrypoints/openai/`):
+- `protocol.py`: `ChatCompletionResponseChoice.prompt_token_ids` and `.response_token_ids` (the answer to
+  `return_token_ids`; left out of the JSON when None); `SglExt` (`cached_tokens_details` =
+  `CachedTokensDetails{device, host}`, `spec_tokens_details` = `SpecTokensDetails` with all nine fields,
+  `input_ids`, `output_ids` = one list per choice; None fields dropped).
+- `serving_chat.py`: `return_token_ids` with `stream: true` is an HTTP 400; the streaming ids come in the
+  `sglext` chunk after the finish chunk (`return_input_ids_in_sglext` / `return_output_ids_in_sglext`).
+- `utils.py`: `spec_tokens_details_from_meta_info`, `process_cached_tokens_details_from_ret`.
+- `managers/schedule_batch.py` `update_reasoning_tokens`: reasoning tokens count up to and including `</think>`.
 
-Ids need a tokenizer: `--tokenizer DIR` (a tokenizer.json next to a tokenizer_config.json whose
-`chat_template` is the model's; the tests build a tiny one). The reply is rendered with that template
-the way a model trained on it writes it: the prompt with the generation prompt, then the whole
-conversation with the new assistant turn (reasoning in `reasoning_content`, tool-call arguments as
-objects); the completion is the difference, ending with the end-of-turn token when the reply stopped by
-itself, cut before it when `max_tokens` cut the reply, and only the raw reasoning when the cut came while
-thinking. Without `--tokenizer` the server ignores `return_token_ids`, like a server that has no ids.
+Ids need a tokenizer: `--tokenizer DIR` (a tokenizer.json, and the chat template in chat_template.jinja, as
+current transformers saves it, or in tokenizer_config.json's `chat_template`; the tests build tiny ones).
+The prompt is rendered from what SGLang gives the template (launch.sim.render). The reply is rendered the
+way a model trained on the template writes it: the whole conversation with the new assistant turn (reasoning
+in `reasoning_content`, tool-call arguments as objects); the completion is the difference, ending with the
+end-of-turn token when the reply stopped by itself, cut before it when `max_tokens` cut the reply, and only
+the raw reasoning when the cut came while thinking. Without `--tokenizer` there are no ids, and the server
+ignores the fields that ask for them, like a server that has none.
 
 MTP is drawn per request from the reply's seed: each verify step of 3 draft tokens accepts 0-3 of them
 plus the bonus token. The prefix-cache hit is a seeded share of the prompt, in pages of 16 tokens.
@@ -30,20 +27,52 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from launch.sim import render
+
 DRAFT_TOKENS = 3  # --speculative-num-steps 3 --speculative-eagle-topk 1: 3 draft tokens per verify step
 _ACCEPT_WEIGHTS = (0.2, 0.2, 0.25, 0.35)  # accepted drafts per step, 0..3
+THINK_END = "</think>"
+_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+class TokenizerDirError(ValueError):
+    """The --tokenizer directory lacks a file it needs; the message names it."""
+
+
+def chat_template(folder: Path, config: Mapping[str, Any]) -> str:
+    """The chat template as transformers finds it: chat_template.jinja first, else tokenizer_config.json's
+    `chat_template` (a string, or a list of named templates of which "default" is the one used)."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    template = config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
+        template = named.get("default")
+    if not isinstance(template, str):
+        raise TokenizerDirError(f"{folder}: no chat template (neither chat_template.jinja nor a chat_template "
+                                "in tokenizer_config.json)")
+    return template
+
+
+def check_dir(folder: Path) -> None:
+    """Raise TokenizerDirError unless `folder` has a tokenizer.json and a chat template."""
+    if not (folder / "tokenizer.json").is_file():
+        raise TokenizerDirError(f"{folder}: no tokenizer.json there")
+    config_path = folder / "tokenizer_config.json"
+    chat_template(folder, orjson.loads(config_path.read_bytes()) if config_path.is_file() else {})
 
 
 @dataclass(frozen=True)
-class RenderedIds:
-    prompt: list[int]
-    completion: list[int]
+class CompletionIds:
+    ids: list[int]
     reasoning_tokens: int
 
 
@@ -55,26 +84,64 @@ class SimTokenizer:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         from tokenizers import Tokenizer
 
+        check_dir(folder)
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        config = orjson.loads((folder / "tokenizer_config.json").read_bytes())
-        eos = config.get("eos_token")
-        self.eos = eos.get("content") if isinstance(eos, dict) else eos
+        config_path = folder / "tokenizer_config.json"
+        config = orjson.loads(config_path.read_bytes()) if config_path.is_file() else {}
+        # apply_chat_template passes the special tokens the tokenizer has to the template.
+        self.special: dict[str, str] = {}
+        for name in _SPECIAL_TOKENS:
+            token = config.get(name)
+            token = token.get("content") if isinstance(token, Mapping) else token
+            if isinstance(token, str):
+                self.special[name] = token
+        self.eos = self.special.get("eos_token")
+        self.eos_id = self.tokenizer.token_to_id(self.eos) if self.eos else None
+        self.think_end_id = self.tokenizer.token_to_id(THINK_END)
+        source = chat_template(folder, config)
+        self.content_format = render.content_format(source)
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = lambda value, **kw: json.dumps(value, ensure_ascii=False, **kw)
-        self.template = env.from_string(config["chat_template"])
+        env.globals["raise_exception"] = _raise
+        self.template = env.from_string(source)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def _render(self, messages: list[Any], tools: Any, generation: bool, thinking: bool) -> str:
-        return str(self.template.render(messages=messages, tools=tools or None, add_generation_prompt=generation,
-                                        enable_thinking=thinking, bos_token="", eos_token=self.eos or ""))
+    def _render(self, messages: list[Any], tools: Any, generation: bool, kwargs: Mapping[str, Any]) -> str:
+        return str(self.template.render(messages=messages, tools=tools, add_generation_prompt=generation,
+                                        **{**self.special, **kwargs}))
 
-    def ids(self, body: dict[str, Any], thinking: bool, message: dict[str, Any], finish: str) -> RenderedIds:
-        """The prompt's ids and the reply's, the reply given as the response's `message`."""
-        history = _template_messages(body.get("messages") or [])
-        tools = body.get("tools")
-        prompt = self._render(history, tools, True, thinking)
+    def _render_prompt(self, messages: list[Any], tools: Any, generation: bool, kwargs: Mapping[str, Any]) -> str:
+        """As SGLang renders: on any failure once more with bare functions as tools (some templates want
+        those), and a template error then is the client's (a 400)."""
+        try:
+            return self._render(messages, tools, generation, kwargs)
+        except Exception:
+            flat = [t.get("function", t) for t in tools] if tools else None
+            try:
+                return self._render(messages, flat, generation, kwargs)
+            except Exception as exc:
+                raise render.TemplateInputError(str(exc)) from exc
+
+    @staticmethod
+    def _kwargs(body: Mapping[str, Any]) -> dict[str, Any]:
+        kwargs = body.get("chat_template_kwargs")
+        return dict(kwargs) if isinstance(kwargs, Mapping) else {}
+
+    def prompt_ids(self, body: Mapping[str, Any]) -> list[int]:
+        """The request's prompt ids; raises render.TemplateInputError where SGLang answers 400."""
+        history = render.messages(body.get("messages") or [], self.content_format)
+        tools = render.tools(body.get("tools"), body.get("tool_choice"))
+        return self.encode(self._render_prompt(history, tools, True, self._kwargs(body)))
+
+    def completion_ids(self, body: Mapping[str, Any], thinking: bool, message: Mapping[str, Any],
+                       finish: str) -> CompletionIds:
+        """The reply's ids, the reply given as the response's `message`."""
+        history = render.messages(body.get("messages") or [], self.content_format)
+        tools = render.tools(body.get("tools"), body.get("tool_choice"))
+        kwargs = self._kwargs(body)
+        prompt = self._render_prompt(history, tools, True, kwargs)
         reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
         content = message.get("content") or ""
         calls = message.get("tool_calls") or []
@@ -87,28 +154,27 @@ class SimTokenizer:
                 turn["reasoning_content"] = reasoning
             if calls:
                 turn["tool_calls"] = calls
-            full = self._render([*history, *_template_messages([turn])], tools, False, thinking)
+            full = self._render_prompt([*history, render.message(turn, self.content_format)], tools, False, kwargs)
             completion = full[len(prompt):]
             end = completion.rfind(self.eos) if self.eos else -1
             if end >= 0:
                 completion = completion[:end] if truncated else completion[:end + len(self.eos or "")]
-        return RenderedIds(self.encode(prompt), self.encode(completion), len(self.encode(reasoning)))
+        ids = self.encode(completion)
+        return CompletionIds(ids, self.reasoning_tokens(ids, thinking))
+
+    def reasoning_tokens(self, ids: list[int], thinking: bool) -> int:
+        """SGLang's count: the tokens up to and including the first `</think>`, all of them while thinking."""
+        if not thinking:
+            return 0
+        if self.think_end_id is not None and self.think_end_id in ids:
+            return ids.index(self.think_end_id) + 1
+        return len(ids)
 
 
-def _template_messages(messages: list[Any]) -> list[Any]:
-    """As SGLang hands messages to the template: tool-call arguments parsed into objects where they parse."""
-    out = orjson.loads(orjson.dumps(messages))
-    for message in out:
-        for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                try:
-                    parsed = orjson.loads(function["arguments"])
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(parsed, dict):
-                    function["arguments"] = parsed
-    return out  # type: ignore[no-any-return]
+def _raise(message: str) -> None:
+    from jinja2 import TemplateError
+
+    raise TemplateError(message)
 
 
 def spec_details(seed: int, completion_tokens: int) -> dict[str, Any]:
@@ -124,13 +190,17 @@ def spec_details(seed: int, completion_tokens: int) -> dict[str, Any]:
         steps += 1
     correct = sum(j * n for j, n in enumerate(histogram))
     proposed = DRAFT_TOKENS * steps
+    # The cap and block figures belong to adaptive drafting; a fixed EAGLE run reports them as zero/empty.
     return {
         "spec_accept_rate": correct / proposed if proposed else 0.0,
         "spec_accept_length": completion_tokens / steps if steps else 0.0,
-        "spec_verify_ct": steps,
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
         "spec_num_correct_drafts": correct,
         "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": steps,
         "spec_correct_drafts_histogram": histogram,
+        "spec_cap_lens_histogram": [],
     }
 
 

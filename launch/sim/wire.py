@@ -1,8 +1,22 @@
-"""Wire JSON of the chat endpoint, shaped like SGLang 0.5.x's OpenAI layer.
+"""Wire JSON of the chat endpoint, shaped like SGLang 0.5.23's OpenAI layer, key for key.
 
-Mirrors `sglang/srt/entrypoints/openai/protocol.py` (ChatCompletionStreamResponse, DeltaMessage, ToolCall,
-UsageInfo, ErrorResponse) and the chunk order of `serving_chat.py`: role chunk, reasoning/content or
-tool-call deltas, a finish chunk, an optional usage chunk with `choices: []`, then `data: [DONE]`.
+SGLang writes a stream's chunks two ways, and a client sees the difference:
+- `openai/sse_utils.py` `build_sse_content` (msgspec, `omit_defaults`): the role chunk, reasoning deltas,
+  content deltas of a request without tool parsing, and the finish chunk. Its delta always has the reasoning
+  field (null or text) and has `role` / `content` only when set; the chunk has `usage` only when set.
+- `openai/protocol.py` `ChatCompletionStreamResponse` (pydantic): content deltas of a request whose output
+  runs through the tool-call parser, tool-call deltas, the `sglext` chunk and the usage chunk. Its delta has
+  `role`, `content` and the reasoning field (null when unset) and `tool_calls` only when set; the chunk always
+  has `usage` (null when unset) and `sglext` only when set.
+Order (`serving_chat.py` `_generate_chat_stream`): role chunk; per decode step reasoning, then content or
+tool-call deltas; the finish chunk; the `sglext` chunk (or, with `x-sglext-ids-framed: 1`, the non-id
+fields as a data chunk and the ids as `event: sglext_ids`); the usage chunk with `choices: []` when
+`stream_options.include_usage`; `data: [DONE]`. Running usage (`continuous_usage_stats`) rides on the
+reasoning, content and tool-call deltas, never on the role or finish chunk.
+The non-streaming `chat.completion` (`_build_chat_response`): `content` is a string, never null;
+`reasoning_content` is null or text; `tool_calls` only when there are calls; `matched_stop` is the stop
+token's id when the reply stopped by itself (null after tool calls, which the parser reports in its place);
+`metadata` names the weight version and the span of tokens it made.
 """
 
 from __future__ import annotations
@@ -17,8 +31,9 @@ from launch.sim.script import Piece, Script
 DONE = b"data: [DONE]\n\n"
 
 
-def sse(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
+def sse(obj: Any, event: str | None = None) -> bytes:
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
 def drop_nulls(obj: Any) -> Any:
@@ -40,52 +55,64 @@ def stream_error_event(message: str, err_type: str, code: int) -> bytes:
     return sse({"error": error_body(message, err_type, code)})
 
 
-def usage(script: Script, generated: int) -> dict[str, Any]:
-    reasoning = script.reasoning_in(generated)
+def usage(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
+    """`UsageProcessor.calculate_token_usage`: `completion_tokens_details` only when some were reasoning."""
     return {
-        "prompt_tokens": script.prompt_tokens,
-        "total_tokens": script.prompt_tokens + generated,
-        "completion_tokens": generated,
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
         "prompt_tokens_details": None,
         "reasoning_tokens": reasoning,
-        "completion_tokens_details": {"reasoning_tokens": reasoning},
+        "completion_tokens_details": {"reasoning_tokens": reasoning} if reasoning else None,
     }
 
 
 class ChunkWriter:
     """Builds the SSE events of one streamed completion."""
 
-    def __init__(self, rid: str, created: int, model: str, reasoning_field: ReasoningField, omit_nulls: bool):
+    def __init__(self, rid: str, created: int, model: str, reasoning_field: ReasoningField, omit_nulls: bool,
+                 tool_parsing: bool = False) -> None:
         self.rid = rid
         self.created = created
         self.model = model
         self.reasoning_field = reasoning_field
         self.omit_nulls = omit_nulls
+        self.tool_parsing = tool_parsing
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, matched: Any = None,
+    def _head(self, choices: list[Any]) -> dict[str, Any]:
+        return {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": choices}
+
+    def _sse(self, obj: dict[str, Any], event: str | None = None) -> bytes:
+        return sse(drop_nulls(obj) if self.omit_nulls else obj, event)
+
+    @staticmethod
+    def _choice(delta: dict[str, Any], finish: str | None = None, matched: int | None = None) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+
+    def _lean(self, role: str | None = None, content: str | None = None, reasoning: str | None = None,
+              finish: str | None = None, matched: int | None = None, usage: dict[str, Any] | None = None) -> bytes:
+        """A `build_sse_content` chunk."""
+        delta: dict[str, Any] = {self.reasoning_field: reasoning}
+        if role is not None:
+            delta["role"] = role
+        if content is not None:
+            delta["content"] = content
+        obj = self._head([self._choice(delta, finish, matched)])
+        if usage is not None:
+            obj["usage"] = usage
+        return self._sse(obj)
+
+    def _model(self, content: str | None = None, tool_call: dict[str, Any] | None = None,
                usage: dict[str, Any] | None = None) -> bytes:
-        full_delta = {"role": None, "content": None, self.reasoning_field: None, "tool_calls": None}
-        full_delta.update(delta)
-        obj: dict[str, Any] = {
-            "id": self.rid,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": full_delta,
-                    "logprobs": None,
-                    "finish_reason": finish,
-                    "matched_stop": matched,
-                }
-            ],
-            "usage": usage,
-        }
-        return sse(drop_nulls(obj) if self.omit_nulls else obj)
+        """A `ChatCompletionStreamResponse` chunk with one choice."""
+        delta: dict[str, Any] = {"role": None, "content": content, self.reasoning_field: None}
+        if tool_call is not None:
+            delta["tool_calls"] = [tool_call]
+        return self._sse({**self._head([self._choice(delta)]), "usage": usage})
 
     def role(self) -> bytes:
-        return self._chunk({"role": "assistant", "content": ""})
+        return self._lean(role="assistant", content="")
 
     def pieces(self, pieces: list[Piece], script: Script, usage: dict[str, Any] | None = None) -> list[bytes]:
         """One chunk per piece. `usage` (stream_options.continuous_usage_stats) rides on each: like SGLang,
@@ -93,46 +120,41 @@ class ChunkWriter:
         out: list[bytes] = []
         for p in pieces:
             if p.phase == "reasoning":
-                out.append(self._chunk({self.reasoning_field: p.text}, usage=usage))
+                out.append(self._lean(reasoning=p.text, usage=usage))
             elif p.phase == "content":
-                out.append(self._chunk({"content": p.text}, usage=usage))
+                out.append(self._model(content=p.text, usage=usage) if self.tool_parsing
+                           else self._lean(content=p.text, usage=usage))
             elif p.phase == "tool_start":
                 call = script.tool_calls[p.call]
-                tc = {"id": call.id, "index": p.call, "type": "function",
-                      "function": {"name": call.name, "arguments": ""}}
-                out.append(self._chunk({"tool_calls": [tc]}, usage=usage))
+                out.append(self._model(tool_call={"id": call.id, "index": p.call, "type": "function",
+                                                  "function": {"name": call.name, "arguments": ""}}, usage=usage))
             else:
-                tc = {"id": None, "index": p.call, "type": "function",
-                      "function": {"name": None, "arguments": p.text}}
-                out.append(self._chunk({"tool_calls": [tc]}, usage=usage))
+                out.append(self._model(tool_call={"id": None, "index": p.call, "type": "function",
+                                                  "function": {"name": None, "arguments": p.text}}, usage=usage))
         return out
 
-    def finish(self, reason: str, usage: dict[str, Any] | None = None) -> bytes:
-        return self._chunk({}, finish=reason, usage=usage)
+    def finish(self, reason: str, matched: int | None) -> bytes:
+        return self._lean(finish=reason, matched=matched)
 
-    def usage(self, script: Script, generated: int) -> bytes:
-        obj = {
-            "id": self.rid,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": usage(script, generated),
-        }
-        return sse(drop_nulls(obj) if self.omit_nulls else obj)
+    def sglext(self, ext: dict[str, Any], framed: bool) -> bytes:
+        """The `sglext` chunk(s) after the finish chunk; framed, the ids go in a named `sglext_ids` event."""
+        if not framed:
+            return self._sse({**self._head([]), "usage": None, "sglext": ext})
+        ids = {k: v for k, v in ext.items() if k in ("input_ids", "output_ids")}
+        rest = {k: v for k, v in ext.items() if k not in ids}
+        out = self._sse({**self._head([]), "usage": None, "sglext": rest}) if rest else b""
+        if ids:
+            out += self._sse({**self._head([]), "usage": None, "sglext": ids}, event="sglext_ids")
+        return out
+
+    def usage(self, counts: dict[str, Any]) -> bytes:
+        return self._sse({**self._head([]), "usage": counts})
 
 
-def completion(
-    rid: str,
-    created: int,
-    model: str,
-    script: Script,
-    generated: int,
-    finish: str,
-    pieces: list[Piece],
-    reasoning_field: ReasoningField,
-) -> dict[str, Any]:
-    """The non-streaming `chat.completion` object."""
+def message(pieces: list[Piece], script: Script, reasoning_field: ReasoningField,
+            strip_before_calls: bool = False) -> dict[str, Any]:
+    """The assistant message of a whole reply. `strip_before_calls`: the qwen (hermes) tool parser strips the
+    text before a call, qwen3_coder keeps it."""
     reasoning = "".join(p.text for p in pieces if p.phase == "reasoning")
     content = "".join(p.text for p in pieces if p.phase == "content")
     args: dict[int, str] = {}
@@ -146,20 +168,25 @@ def completion(
          "function": {"name": script.tool_calls[i].name, "arguments": a}}
         for i, a in sorted(args.items())
     ]
-    message = {
-        "role": "assistant",
-        "content": content if (content or not tool_calls) else None,
-        reasoning_field: reasoning or None,
-        "tool_calls": tool_calls or None,
-    }
+    out: dict[str, Any] = {"role": "assistant", "content": content.strip() if tool_calls and strip_before_calls
+                           else content, reasoning_field: reasoning or None}
+    if tool_calls:
+        out["tool_calls"] = tool_calls
+    return out
+
+
+def completion(rid: str, created: int, model: str, message: dict[str, Any], finish: str, matched: int | None,
+               counts: dict[str, Any]) -> dict[str, Any]:
+    """The non-streaming `chat.completion` object."""
     return {
         "id": rid,
         "object": "chat.completion",
         "created": created,
         "model": model,
         "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
         ],
-        "usage": usage(script, generated),
-        "metadata": {"weight_version": "default"},
+        "usage": counts,
+        "metadata": {"weight_version": "default",
+                     "weight_versions": [{"version": "default", "start": 0, "end": counts["completion_tokens"]}]},
     }

@@ -1,0 +1,135 @@
+"""The simulated server's `--tokenizer DIR`: where it finds the chat template, what the template is given,
+and the ids a reply carries (launch/sim/tokens.py, launch/sim/render.py).
+
+The tiny Qwen3-style tokenizer of tests/tokenizer_fixture.py is copied into each layout a tokenizer
+directory comes in: the template inside tokenizer_config.json (older transformers) or beside it in
+chat_template.jinja (current transformers, whose tokenizer_config.json then has no `chat_template`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from launch.sim.__main__ import config_from_args
+from launch.sim.config import SimConfig
+from launch.sim.render import content_format
+from launch.sim.server import SimServer
+from launch.sim.tokens import SimTokenizer
+from tests.tokenizer_fixture import TEMPLATE_PATH, tiny_tokenizer_dir
+
+# A template that adds content to strings, as many do: it fails on a content-part list.
+STRING_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _layout(root: Path, *, template: str | None, in_config: bool) -> Path:
+    """A copy of the tiny tokenizer with `template` in tokenizer_config.json or in chat_template.jinja."""
+    folder = root / "tokenizer"
+    folder.mkdir()
+    shutil.copy(tiny_tokenizer_dir() / "tokenizer.json", folder / "tokenizer.json")
+    config = json.loads((tiny_tokenizer_dir() / "tokenizer_config.json").read_text())
+    config.pop("chat_template")
+    if template is not None and in_config:
+        config["chat_template"] = template
+    elif template is not None:
+        (folder / "chat_template.jinja").write_text(template)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+@asynccontextmanager
+async def serving(folder: Path) -> AsyncIterator[httpx.AsyncClient]:
+    config = SimConfig(port=0, speed=500.0, mean_tokens=20, max_gen_tokens=200, tokenizer=str(folder))
+    async with SimServer(config) as srv, httpx.AsyncClient(base_url=srv.url, timeout=10.0) as client:
+        yield client
+
+
+async def _ids(client: httpx.AsyncClient, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    resp = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages, "max_tokens": 4,
+                                                           "return_token_ids": True, **extra})
+    assert resp.status_code == 200, resp.text
+    return resp.json()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("in_config", [True, False], ids=["tokenizer_config", "chat_template_jinja"])
+async def test_the_template_is_found_in_either_file(tmp_path: Path, in_config: bool) -> None:
+    folder = _layout(tmp_path, template=TEMPLATE_PATH.read_text(), in_config=in_config)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    async with serving(folder) as client:
+        answer = await _ids(client, messages)
+    tok = SimTokenizer(folder)
+    expected = tok.encode("<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+                          "<think>\n")
+    choice = answer["choices"][0]
+    assert choice["prompt_token_ids"] == expected
+    assert len(choice["response_token_ids"]) == answer["usage"]["completion_tokens"] > 0
+    assert "token_ids" not in choice
+
+
+def test_a_directory_without_a_template_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _layout(tmp_path, template=None, in_config=False)
+    with pytest.raises(SystemExit):
+        config_from_args(["--tokenizer", str(folder)])
+    assert "chat_template.jinja" in capsys.readouterr().err
+
+
+async def test_content_parts_reach_a_string_template_as_one_string(tmp_path: Path) -> None:
+    """SGLang flattens text parts (joined by a space) for a template that does not loop over content."""
+    folder = _layout(tmp_path, template=STRING_TEMPLATE, in_config=False)
+    assert content_format(STRING_TEMPLATE) == "string"
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}]
+    async with serving(folder) as client:
+        answer = await _ids(client, parts)
+        stream = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": parts, "max_tokens": 4, "stream": True,
+            "stream_options": {"include_usage": True}, "return_input_ids_in_sglext": True})
+    expected = SimTokenizer(folder).encode("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n")
+    assert answer["choices"][0]["prompt_token_ids"] == expected
+    assert stream.status_code == 200
+    chunks = [orjson.loads(line[6:]) for line in stream.text.splitlines() if line.startswith("data: {")]
+    (ext,) = [c["sglext"] for c in chunks if "sglext" in c]
+    assert ext["input_ids"] == expected and chunks[-1]["usage"]["prompt_tokens"] == len(expected)
+
+
+def test_templates_that_loop_over_content_keep_the_parts() -> None:
+    assert content_format("{% for m in messages %}{% for part in m.content %}{{ part.text }}{% endfor %}"
+                          "{% endfor %}") == "openai"
+    assert content_format("{% for message in messages %}{% for p in message['content'] %}{% endfor %}"
+                          "{% endfor %}") == "openai"
+    assert content_format("{{ messages[0].content }} <|vision_start|>") == "openai"  # a multimodal template
+    assert content_format(TEMPLATE_PATH.read_text()) == "string"  # its loop is over a macro's argument
+
+
+async def test_tools_are_rendered_as_sglang_dumps_them(tmp_path: Path) -> None:
+    """`Tool.model_dump()`: the function as sent (unknown keys dropped, `description: null` added when left
+    out), then `"defer_loading": null` beside it."""
+    folder = _layout(tmp_path, template=TEMPLATE_PATH.read_text(), in_config=True)
+    tool = {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}, "x": 1}}
+    async with serving(folder) as client:
+        answer = await _ids(client, [{"role": "user", "content": "Find it."}], tools=[tool])
+    prompt = SimTokenizer(folder).tokenizer.decode(answer["choices"][0]["prompt_token_ids"],
+                                                   skip_special_tokens=False)
+    assert ('{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}, '
+            '"description": null}, "defer_loading": null}') in prompt
+
+
+async def test_history_arguments_that_are_not_json_are_a_400(tmp_path: Path) -> None:
+    folder = _layout(tmp_path, template=TEMPLATE_PATH.read_text(), in_config=True)
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "user", "content": "b"}]
+    async with serving(folder) as client:
+        resp = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+    assert resp.status_code == 400
+    assert resp.json()["message"] == "Assistant tool call function.arguments must be valid JSON."
