@@ -112,7 +112,7 @@ def _arguments(arguments: Any) -> Any:
     return parsed
 
 
-def _tool_call(call: Any) -> Any:
+def tool_call(call: Any) -> Any:
     if not isinstance(call, Mapping):
         return call
     function = call.get("function")
@@ -131,7 +131,7 @@ def message(raw: Mapping[str, Any], fmt: str) -> dict[str, Any]:
         if key == "content":
             value = _content(role, value, fmt)
         elif key == "tool_calls" and isinstance(value, list):
-            value = [_tool_call(c) for c in value]
+            value = [tool_call(c) for c in value]
             if role == "assistant":
                 for call in value:
                     if isinstance(call, dict):

@@ -154,13 +154,23 @@ class SimTokenizer:
                 turn["reasoning_content"] = reasoning
             if calls:
                 turn["tool_calls"] = calls
-            full = self._render_prompt([*history, render.message(turn, self.content_format)], tools, False, kwargs)
+            full = self._render_prompt([*history, self._reply_turn(turn)], tools, False, kwargs)
             completion = full[len(prompt):]
             end = completion.rfind(self.eos) if self.eos else -1
             if end >= 0:
                 completion = completion[:end] if truncated else completion[:end + len(self.eos or "")]
         ids = self.encode(completion)
         return CompletionIds(ids, self.reasoning_tokens(ids, thinking))
+
+    def _reply_turn(self, turn: dict[str, Any]) -> dict[str, Any]:
+        """The reply as an assistant turn. A reply cut by max_tokens inside a tool call has arguments that are
+        not JSON yet: SGLang's output ids are simply what it generated, so they are rendered as the text they
+        are rather than refused as a request's history would be (render.message)."""
+        try:
+            return render.message(turn, self.content_format)
+        except render.TemplateInputError:
+            rest = render.message({k: v for k, v in turn.items() if k != "tool_calls"}, self.content_format)
+            return {**rest, "tool_calls": [render.tool_call(call) for call in turn.get("tool_calls") or []]}
 
     def reasoning_tokens(self, ids: list[int], thinking: bool) -> int:
         """SGLang's count: the tokens up to and including the first `</think>`, all of them while thinking."""
