@@ -35,7 +35,9 @@ it, still reported).
 exit codes:
   0  every record was exported (apart from those --drop-truncated was asked to drop)
   1  OUT was written, but some records were left out or kept despite a mismatch; the report says which
-  2  bad options, unreadable results or tokenizer, or OUT cannot be written
+  2  bad options, unreadable results or tokenizer, OUT cannot be written, OUT is inside the run's
+     directory or an existing file that is not a previous export (parquet), or the export extra is not
+     installed
   3  --require-exact-ids, and some records carry no server token ids (they would be re-rendered); OUT
      is not written, and the message says how many
 """
@@ -75,6 +77,25 @@ def missing_extra(exc: ImportError) -> str | None:
             "install it with: pip install -e '.[export]'")
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_out_is_safe(out: Path, results: str) -> None:
+    """OUT may replace a previous export, never a run's own files: ConfigError for a path inside the run's
+    directory (its segments, `.ids` sidecars, run.json) and for an existing file that is not parquet."""
+    if not results.startswith("s3://"):
+        run = Path(results).resolve()
+        if out.resolve().is_relative_to(run):
+            raise ConfigError(f"--out {out} is inside the run's directory {results}; write the export outside it, "
+                              "so that no segment, sidecar or run.json can be overwritten")
+    if out.is_file():
+        with out.open("rb") as existing:
+            head = existing.read(len(PARQUET_MAGIC))
+        if head != PARQUET_MAGIC:
+            raise ConfigError(f"--out {out} exists and is not a parquet file (not a previous export), so it is "
+                              "left as it is; remove it or choose another path")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -91,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"--out {args.out} is a directory; give the parquet file to write")
         if not args.out.parent.is_dir():
             raise ConfigError(f"--out {args.out}: the directory {args.out.parent} does not exist")
+        check_out_is_safe(args.out, args.results)
         tok = ChatTokenizer.load(args.tokenizer, args.chat_template)
         report = export(args.results, tok, args.out, drop_truncated=args.drop_truncated,
                         keep_mismatched=args.keep_mismatched, row_group_size=args.row_group_size,
