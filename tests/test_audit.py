@@ -188,3 +188,19 @@ def test_schema_check(value: object, schema: object, problem: str | None) -> Non
         assert found is None
     else:
         assert found is not None and found.startswith(problem), found
+
+
+@pytest.mark.parametrize(("with_ids", "without", "warned"), [
+    (8, 2, True),    # a server stopped giving ids, or a resume with other --token-ids
+    (10, 0, False),  # every record exact
+    (0, 10, False),  # a run without ids at all is not damage
+])
+def test_records_without_token_ids_beside_records_with_them_are_reported(
+        tmp_path: Path, with_ids: int, without: int, warned: bool) -> None:
+    records = [result(f"a{i}", prompt_token_ids=[1, 2], completion_token_ids=[3] * 120) for i in range(with_ids)]
+    records += [result(f"b{i}") for i in range(without)]
+    code, data, _ = audit(str(write_segment(tmp_path / "run", records)))
+    assert code == 0, messages(data)
+    assert data["counts"]["with_token_ids"] == with_ids
+    expected = f"{without} of {with_ids + without} record(s) carry no token ids while {with_ids} do"
+    assert (expected in messages(data)) is warned, messages(data)

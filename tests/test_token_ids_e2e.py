@@ -241,3 +241,24 @@ def test_token_ids_on_refuses_a_server_of_unknown_kind_in_a_mixed_fleet(tmp_path
     assert f"--token-ids on: {loading} was not ready at start, and this fleet mixes server kinds" in result.stderr
     assert "Traceback" not in result.stderr
     assert not read_results(tmp_path / "out")
+
+
+def test_a_server_that_stops_giving_ids_fails_the_attempts_instead_of_writing_records_without(
+        tmp_path: Path) -> None:
+    """--token-ids on, and the server gave ids at the preflight and none afterwards: no record without ids is
+    written (each attempt fails as MissingTokenIds, retried, then goes to the failures file), and the
+    run says so with exit 1; nothing is silently kept."""
+    prompts = make_prompts(tmp_path / "p.jsonl", 4)
+    out = tmp_path / "out"
+    with ServerGroup(tmp_path) as group:
+        server = group.oddserver("ids_once")
+        result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out),
+                             "--token-ids", "on", "--max-attempts", "2", "--max-tokens", "64"])
+    assert "preflight: 1 of 1 answering endpoint(s) took the run's request shape" in result.stderr
+    assert result.code == 1, result.stderr[-3000:]
+    assert read_results(out) == []
+    failures = read_failures(out)
+    assert sorted({f["id"] for f in failures}) == [f"p{i:06d}" for i in range(4)]
+    assert {f["error_class"] for f in failures} == {"MissingTokenIds"}
+    assert all(f["attempts"] == 2 for f in failures)
+    assert "answered without the token ids --token-ids on asked for" in failures[0]["last_error"]

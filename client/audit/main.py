@@ -120,6 +120,13 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
         found.append(Finding("warn", "unusual finish reasons: " + ", ".join(f"{k}: {v:,}" for k, v in odd.items())))
     if scan.no_usage:
         found.append(Finding("warn", f"{scan.no_usage:,} record(s) carry no usage.completion_tokens"))
+    without_ids = scan.records - scan.with_ids
+    if scan.with_ids and without_ids:
+        # A run whose servers give ids has a record without them: a server that stopped giving them, or a
+        # run resumed with other --token-ids. Those records cannot be exported exactly.
+        found.append(Finding("warn", f"{without_ids:,} of {scan.records:,} record(s) carry no token ids while "
+                                     f"{scan.with_ids:,} do; client.export re-renders them (--require-exact-ids "
+                                     "refuses the run)"))
     if len(scan.samplings) > 1:
         found.append(Finding("warn", mixed_settings(scan.sampling_mix())))
     if scan.diverged:
@@ -163,6 +170,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "findings": [asdict(f) for f in findings],
         "counts": {"records": n, "segments": report.segments, "corrupt_lines": report.corrupt,
                    "torn_tails": report.torn_tails, "diverged": scan.diverged,
+                   "with_token_ids": scan.with_ids,
                    "with_diverged_field": scan.diverged_field},
         "ids": asdict(ids) if ids is not None else None,
         "finish_reasons": dict(scan.finish.most_common()),

@@ -58,6 +58,7 @@ class Scan:
     thinking_on: int = 0
     empty_reasoning: int = 0
     no_usage: int = 0
+    with_ids: int = 0  # records that carry the server's completion_token_ids
     reasoning_tokens: int = 0
     content_tokens: float = 0.0
     tool_tokens: float = 0.0
@@ -97,6 +98,7 @@ class Scan:
             self.no_usage += 1
             tokens = 0
         self.lengths.append(tokens)
+        self.with_ids += isinstance(record.get("completion_token_ids"), list)
         finish = record.get("finish_reason")
         finish_name = finish if isinstance(finish, str) else "none"
         self.finish[finish_name] += 1

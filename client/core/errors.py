@@ -19,7 +19,8 @@
         │   ├── StreamDropped      the connection ended before the stream was whole
         │   │   └── ProtocolError  the response broke HTTP/1.1 framing, or its gzip body is corrupt
         │   ├── StreamStalled      no bytes within the idle timeout
-        │   └── StreamErrorEvent   a `data: {"error": ...}` event mid-stream
+        │   ├── StreamErrorEvent   a `data: {"error": ...}` event mid-stream
+        │   └── MissingTokenIds    a whole reply without the token ids --token-ids on asked for
         └── PermanentError
             ├── RequestRejected    HTTP 4xx other than 429: sending it again cannot help
             ├── NotEventStream     a 200 whose Content-Type is not text/event-stream (e.g. a login page)
@@ -133,6 +134,11 @@ class StreamStalled(RetryableError):
 
 class StreamErrorEvent(RetryableError):
     pass
+
+
+class MissingTokenIds(RetryableError):
+    """Under --token-ids on, a reply came whole but without its ids (a server that gave them at the preflight
+    and then stopped): a record without ids would be silent damage, so the attempt fails and is retried."""
 
 
 class PermanentError(AttemptError):

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import AttemptError, ConfigError, RequestRejected
+from client.core.errors import AttemptError, ConfigError, MissingTokenIds, RequestRejected
 from client.core.payload import FieldPolicy, SamplingSettings
 from client.fleet.token_ids import no_ids_refusal
 from client.wire.endpoint import Endpoint
@@ -131,6 +131,8 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
         except RequestRejected as exc:
             raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc,
                            require_ids=require_ids) from None
+        except MissingTokenIds:
+            raise no_ids_refusal(endpoint.url, kinds.get(endpoint.url, OTHER)) from None
         except (AttemptError, TimeoutError):
             return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=False)
         if require_ids and not completion.completion_token_ids:

@@ -79,6 +79,7 @@ def configure(endpoint: Endpoint, kind: str, mode: str, policy: FieldPolicy) -> 
                           "server is that kind, or use --token-ids auto (ids where a server gives them).")
     wants_ids = policy.allows(_FIELD) and mode != "off"
     endpoint.id_fields = ID_FIELDS_BY_KIND.get(kind, {}) if wants_ids else {}
+    endpoint.ids_required = mode == "on"
 
 
 def describe(mode: str, endpoints: list[Endpoint]) -> str:

@@ -18,6 +18,7 @@ import orjson
 from client.core.errors import (
     AttemptError,
     ConfigError,
+    MissingTokenIds,
     StreamDropped,
     error_for_status,
     map_httpx_error,
@@ -60,6 +61,7 @@ class Endpoint:
         # What this server's requests carry to return the exact token ids, set once at start by
         # --token-ids (client.fleet.token_ids); empty: none asked for.
         self.id_fields: dict[str, bool] = {}
+        self.ids_required = False  # --token-ids on: a reply without ids is a failed attempt (MissingTokenIds)
         self.idle_timeout = idle_timeout
         self.last_error: AttemptError | None = None  # why the last health check got no answer
         headers = {"content-type": "application/json", "user-agent": "regen-swarm", "accept-encoding": "identity"}
@@ -190,12 +192,17 @@ class Endpoint:
                 response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
                                                    expect_type="text/event-stream")
             except AttemptError:
-                if parser.whole:
-                    return parser.completion(ended_cleanly=False), _first(first_output)
-                raise
-            if response.status != 200:
-                raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
-            return parser.completion(ended_cleanly=True), _first(first_output)
+                if not parser.whole:
+                    raise
+                completion = parser.completion(ended_cleanly=False)
+            else:
+                if response.status != 200:
+                    raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+                completion = parser.completion(ended_cleanly=True)
+            if self.ids_required and not completion.completion_token_ids:
+                raise MissingTokenIds(f"{self.url} answered without the token ids --token-ids on asked for "
+                                      f"({', '.join(self.id_fields)})")
+            return completion, _first(first_output)
         finally:
             counters.chunks += parser.events
             counters.reads += reads

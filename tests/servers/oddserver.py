@@ -61,6 +61,8 @@ MODES: dict[str, str] = {
                  "non-streaming chat answers 500",
     "stall": "the stream goes silent after the first reasoning chunk until the client leaves",
     "drop_mid": "the connection is aborted after the first content chunk (no chunked terminator)",
+    "ids_once": "SGLang's sglext ids chunk (on return_output_ids_in_sglext) in the first stream only: a server "
+                "that gives ids at the preflight and none afterwards",
 }
 _EXCLUSIVE = ({"http10_close", "content_length", "bad_chunk_crlf"}, {"strict400", "strict422"},
               {"health404", "health_slow"}, {"html200", "html200_all"}, {"stall", "drop_mid", "mid_error"})
@@ -193,6 +195,7 @@ class OddServer:
         self._ids = itertools.count(1)
         self.running = 0
         self.generated = 0
+        self.ids_given = False
 
     def has(self, mode: str) -> bool:
         return mode in self.modes
@@ -284,6 +287,13 @@ class OddServer:
             objs = chatwire.stream_objects(
                 rid, answer, include_usage=isinstance(opts, dict) and bool(opts.get("include_usage")),
                 usage_on_finish=self.has("usage_on_finish"), mid_error=self.has("mid_error"))
+            if self.has("ids_once") and body.get("return_output_ids_in_sglext") and not self.ids_given:
+                self.ids_given = True
+                # As SGLang places it: a chunk with no choices after the finish chunk, before the usage chunk.
+                objs.insert(len(objs) - 1 if objs[-1].get("usage") else len(objs), {
+                    "id": rid, "object": "chat.completion.chunk", "created": chatwire.CREATED, "model": answer.model,
+                    "choices": [], "usage": None,
+                    "sglext": {"input_ids": [1, 2, 3], "output_ids": [list(range(answer.completion_tokens))]}})
             events: list[bytes | str] = [self.dialect.event(o) for o in objs]
             if not self.has("no_done"):
                 events.append(self.dialect.event(None))
