@@ -22,7 +22,7 @@ def test_accepts(spec: str, urls: list[str]) -> None:
 
 @pytest.mark.parametrize(("spec", "message"), [
     ("", "--endpoints: no endpoint URLs given"),
-    ("ftp://u:secret@h", "--endpoints: not an http(s) URL: 'ftp://h'"),
+    ("ftp://u:secret@h", "--endpoints: not an http(s) URL: 'ftp://***@h'"),
     ("h:30000", "not an http(s) URL"),
     ("http://u:secret@h:1,http://h:1/v1", "--endpoints: endpoint listed twice: http://h:1/v1"),
     ("http://h:1/,http://h:1", "endpoint listed twice"),

@@ -43,6 +43,8 @@ import zlib
 import httptools
 import httpx
 
+from client.core import redact
+
 
 class RegenError(Exception):
     """Base of every error this project raises on purpose."""
@@ -85,9 +87,14 @@ class SinkError(RegenError):
 
 
 class AttemptError(RegenError):
-    """One attempt at one request failed."""
+    """One attempt at one request failed. Its message is redacted here, once for every kind: it may quote a
+    server's or proxy's text (an error body, an error event), which may echo the Authorization header, and it
+    goes to the failures file, the live view and the logs."""
 
     retryable = False
+
+    def __init__(self, message: str, *args: object) -> None:
+        super().__init__(redact.text(message), *args)
 
     @property
     def kind(self) -> str:
@@ -152,7 +159,7 @@ class RequestRejected(PermanentError):
     def __init__(self, message: str, status: int, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
-        self.detail = detail or message
+        self.detail = redact.text(detail or message)
 
 
 class TooLong(RequestRejected):

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from client.core import redact
 from client.core.errors import ConfigError, RegenError, SinkError
 from client.core.ids import line_id
 from client.core.options import (
@@ -202,6 +203,7 @@ def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Me
             chosen.update(write_records(path, draw(args.prompts, counted.strata, sizes, args.seed)))
             return path, len(chosen)
 
+        redact.remember(args.api_key)  # a server may echo it in an error body
         fleet = FleetOptions(tuple(parse_endpoints(args.endpoints)), args.model, args.api_key, args.max_in_flight,
                              args.wait_ready, args.max_attempts, network=network_from(args), compat=args.compat)
         run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample,

@@ -18,6 +18,7 @@ import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from client.core import redact
 from client.core.errors import ConfigError, InputError, RegenError, SinkError
 from client.core.loop import run_async
 from client.core.payload import FieldPolicy
@@ -278,6 +279,7 @@ async def _turn_ledger(args: argparse.Namespace, done_ids: set[str], out: Path) 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    redact.remember(args.api_key)  # before anything can fail: a server may echo it in an error body
     if bool(args.endpoints) == bool(args.simulate):
         parser.error("give exactly one of --endpoints or --simulate N")
     if not args.s3 and (args.delete_uploaded or args.s3_gzip or args.s3_endpoint_url):

@@ -31,6 +31,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     PartialCredentialsError,
 )
 
+from client.core import redact
 from client.core.errors import ConfigError, RegenError, S3AccessError, S3Conflict, S3Error, S3Unavailable
 
 __all__ = ["S3AccessError", "S3Conflict", "S3Error", "S3Store", "S3Unavailable", "S3Url"]
@@ -118,7 +119,8 @@ class S3Store:
     # -- error mapping ---------------------------------------------------------------------------------
 
     def _where(self) -> str:
-        return f"{self.url}" + (f" at {self.endpoint_url}" if self.endpoint_url else "")
+        # An endpoint URL may carry userinfo, and botocore quotes the URL in its own messages too.
+        return f"{self.url}" + (f" at {redact.url(self.endpoint_url)}" if self.endpoint_url else "")
 
     def _map(self, exc: BaseException, action: str) -> RegenError:
         if isinstance(exc, NoCredentialsError | PartialCredentialsError):
@@ -127,7 +129,7 @@ class S3Store:
         if isinstance(exc, ClientError):
             error = exc.response.get("Error", {})
             code = str(error.get("Code", ""))
-            message = str(error.get("Message", "")) or code
+            message = redact.text(str(error.get("Message", "")) or code)
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
             if code in _MISSING_BUCKET:
                 return S3AccessError(f"bucket {self.url.bucket!r} does not exist ({self._where()}): create it "
@@ -141,8 +143,8 @@ class S3Store:
                 return S3Unavailable(f"S3 busy or failing: {action}: {code}: {message}", code)
             return S3Error(f"S3 refused to {action}: {code}: {message}", code)
         if isinstance(exc, BotoCoreError | OSError | TimeoutError):
-            return S3Unavailable(f"cannot reach S3 ({self._where()}) to {action}: {exc}")
-        return S3Error(f"{action}: {type(exc).__name__}: {exc}")
+            return S3Unavailable(f"cannot reach S3 ({self._where()}) to {action}: {redact.text(str(exc))}")
+        return S3Error(f"{action}: {type(exc).__name__}: {redact.text(str(exc))}")
 
     async def _call(self, action: str, operation: str, **params: Any) -> Any:
         try:

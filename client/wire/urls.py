@@ -13,13 +13,18 @@ Credentials in a URL (`http://user:KEY@host`) become `Authorization: Bearer KEY`
 name when it is the only part given). Bearer, not Basic, because that is the one scheme OpenAI-compatible
 servers check (`--api-key` of vLLM and SGLang, the OpenAI API itself); Basic would be refused. An explicit
 `--api-key` wins over URL credentials. The credentials never leave this module in text form: `display`
-(what records, the console, logs and errors show, as `Endpoint.url`) is the URL without them.
+(what records, the console, logs and errors show, as `Endpoint.url`) is the URL without them, an error
+shows the URL as typed with its userinfo masked (a typo must not expose what a parser mistook for a path,
+port or fragment), and the token is remembered by `client.core.redact` so that no server text echoing it
+is stored or shown.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
+
+from client.core import redact
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "::1"})
@@ -42,9 +47,13 @@ class ServerURL:
         """ValueError (whose text has no credentials) when `url` is not an http(s) base URL."""
         parts = urlsplit(url.strip())
         authority = parts.netloc.rpartition("@")[2]
-        safe = f"{parts.scheme}://{authority}{parts.path}"
+        safe = redact.url(url.strip())
         if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {safe!r}")
+        if "@" in parts.path + parts.query + parts.fragment:
+            # A `/`, `?` or `#` in a password ends the authority there: the rest would be sent as a path.
+            raise ValueError(f"'@' after the host in {safe!r}: percent-encode a '/', '?' or '#' in a user name "
+                             "or password (%2F, %3F, %23)")
         if parts.query or parts.fragment:
             raise ValueError(f"a base URL has no query or fragment: {safe!r}")
         try:
@@ -58,6 +67,7 @@ class ServerURL:
             token = unquote(parts.password)
         elif parts.username:
             token = unquote(parts.username)
+        redact.remember(token)
         return cls(scheme=parts.scheme, host=parts.hostname, port=port, authority=authority, root=root,
                    display=f"{parts.scheme}://{authority}{path}", token=token)
 

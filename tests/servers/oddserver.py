@@ -61,6 +61,8 @@ MODES: dict[str, str] = {
                  "non-streaming chat answers 500",
     "stall": "the stream goes silent after the first reasoning chunk until the client leaves",
     "drop_mid": "the connection is aborted after the first content chunk (no chunked terminator)",
+    "echo_auth": "every 401 (a wrong --api-key) and every chat request (a 500) quotes the request's "
+                 "Authorization header in its body, as some proxies and debug builds do",
     "ids_once": "SGLang's sglext ids chunk (on return_output_ids_in_sglext) in the first stream only: a server "
                 "that gives ids at the preflight and none afterwards",
 }
@@ -234,9 +236,13 @@ class OddServer:
         if req.method != method:
             return await reply.json(405, {"detail": "Method Not Allowed"})
         if self.api_key and path != "/health" and req.header("authorization") != f"Bearer {self.api_key}":
-            return await reply.json(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error",
-                                                    "param": None, "code": "invalid_api_key"}})
+            return await reply.json(401, {"error": {"message": f"Invalid API key{self._echo(req)}",
+                                                    "type": "invalid_request_error", "param": None,
+                                                    "code": "invalid_api_key"}})
         return await handler(req, reply)
+
+    def _echo(self, req: Request) -> str:
+        return f" (got Authorization: {req.header('authorization')})" if self.has("echo_auth") else ""
 
     async def health(self, req: Request, reply: Reply) -> bool:
         if self.has("health404"):
@@ -259,6 +265,9 @@ class OddServer:
             await send(reply.writer, CONTINUE)
         if self.has("html200"):
             return await reply.fixed(200, _HTML, chatwire.LOGIN_PAGE)
+        if self.has("echo_auth"):
+            return await reply.json(500, {"object": "error", "type": "InternalServerError", "code": 500,
+                                          "message": f"upstream failed{self._echo(req)}"})
         body = req.json()
         strict = 400 if self.has("strict400") else 422 if self.has("strict422") else None
         refusal = chatwire.strict_refusal(strict, body) if strict else None
