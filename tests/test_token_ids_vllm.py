@@ -1,14 +1,15 @@
-"""Real vLLM on the CPU: the token ids of a non-streaming answer (client.wire.complete) are the ids the
-same request streams, with a fixed seed, sampling at temperature 1 from the random-weight tiny Qwen3."""
+"""Real vLLM on the CPU: the token ids the client records from a stream are vLLM's own, the ids the same
+request gets without streaming (`return_token_ids`, asked with httpx), with a fixed seed, sampling at
+temperature 1 from the random-weight tiny Qwen3."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
-from client.wire.complete import as_nonstreaming
 
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
@@ -33,20 +34,22 @@ def _payload(server: VLLMServer, messages: list[dict[str, Any]], seed: int) -> d
 
 @pytest.mark.vllm
 @pytest.mark.parametrize("seed", [3, 11])
-async def test_nonstreaming_and_streaming_ids_are_identical(vllm_random: VLLMServer, seed: int) -> None:
+async def test_streamed_ids_are_the_ids_vllm_gives_without_streaming(vllm_random: VLLMServer, seed: int) -> None:
     endpoint = Endpoint(vllm_random.url, EndpointCounters(url=vllm_random.url, index=0), max_in_flight=2)
     try:
         for messages in PROMPTS:
             payload = _payload(vllm_random, messages, seed)
             streamed, _ = await endpoint.stream_chat(orjson.dumps(payload))
-            whole, ttft = await endpoint.complete_chat(orjson.dumps(as_nonstreaming(payload, details=False)), 120.0)
-            assert ttft is None
+            body = {key: value for key, value in payload.items() if key != "stream_options"}
+            async with httpx.AsyncClient(timeout=120) as client:
+                whole = (await client.post(f"{vllm_random.url}/v1/chat/completions",
+                                           json={**body, "stream": False})).json()
+            choice = whole["choices"][0]
             assert streamed.completion_token_ids and streamed.prompt_token_ids
-            assert whole.completion_token_ids == streamed.completion_token_ids
-            assert whole.prompt_token_ids == streamed.prompt_token_ids
-            assert len(whole.completion_token_ids) == whole.usage["completion_tokens"]
-            assert whole.finish_reason == streamed.finish_reason
-            assert (whole.reasoning, whole.content) == (streamed.reasoning, streamed.content)
+            assert choice["token_ids"] == streamed.completion_token_ids
+            assert whole["prompt_token_ids"] == streamed.prompt_token_ids
+            assert len(streamed.completion_token_ids) == whole["usage"]["completion_tokens"]
+            assert choice["finish_reason"] == streamed.finish_reason
     finally:
         await endpoint.aclose()
 
