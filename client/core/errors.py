@@ -36,6 +36,7 @@ stop the run with their own message instead of "cannot reach".
 
 from __future__ import annotations
 
+import errno
 import re
 import ssl
 import zlib
@@ -345,3 +346,16 @@ def map_httpx_error(exc: BaseException, *, where: str, host_port: str, proxy: st
 
 def map_ca_bundle_error(exc: OSError | ssl.SSLError, path: str) -> ConfigError:
     return ConfigError(f"--ca-bundle {path}: cannot load CA certificates: {exc.strerror or _detail(exc)}")
+
+
+# Errors that say "no room" (a full disk, a quota, a file-size limit): the directory is right and the remedy is
+# space, then the same command; advice to choose another directory would start the run over.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def map_write_error(exc: OSError, message: str, advice: str = "") -> ConfigError | SinkError:
+    """An OSError writing under --out (at start-up too): a SinkError (exit 4, "free space and run the same
+    command again") when there is no room, else a ConfigError of `message` and `advice` (what to change)."""
+    if exc.errno in NO_SPACE:
+        return SinkError(message)
+    return ConfigError(f"{message}{advice}")

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from client.core.errors import map_write_error
 from client.core.ids import decode_ledger, encode_ledger, line_id
 
 
@@ -85,9 +86,12 @@ def read_done_ids(segments: Path) -> tuple[set[str], ScanReport]:
         if ids_path.exists():
             ids = read_ids(ids_path)
         else:
-            report.repaired_bytes += repair_torn_tail(path)
-            ids = scan_segment_ids(path, report)
-            write_ids(ids_path, ids)
+            try:
+                report.repaired_bytes += repair_torn_tail(path)
+                ids = scan_segment_ids(path, report)
+                write_ids(ids_path, ids)
+            except OSError as exc:  # a resume on a disk that is still full lands here
+                raise map_write_error(exc, f"cannot repair {path}: {exc.strerror or exc}") from exc
         report.records += len(ids)
         before = len(done)
         done.update(ids)

@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 import orjson
 
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, map_write_error
 
 LOCK_FILE = ".lock"
 _NAME_WAIT_STEPS, _NAME_WAIT_S = 20, 0.05
@@ -102,11 +102,15 @@ def hold_out_lock(out_dir: Path, *, note: Callable[[str], None] | None = None) -
             if previous is not None and note is not None:
                 note(f"--out {out_dir}: taking over the lock left by a client that is gone ({previous.describe()})")
             me = Holder.me()
-            handle.seek(0)
-            handle.truncate()
-            handle.write(me.to_json())
-            handle.flush()
-            os.fsync(handle.fileno())
+            try:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(me.to_json())
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as exc:
+                raise map_write_error(exc, f"--out {out_dir}: cannot write the lock file {path}: "
+                                        f"{exc.strerror or exc}") from exc
             yield me
         finally:
             # Empty the file before the lock goes, so the next client knows this one ended cleanly.

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, map_write_error
 
 RUN_FILE = "run.json"
 KIND = "regen-swarm run"
@@ -193,7 +193,7 @@ def write_run_file(out_dir: Path, record: RunRecord) -> None:
             os.fsync(handle.fileno())
         os.replace(temporary, path)
     except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise map_write_error(exc, f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def hash_prompt_file(path: Path) -> PromptFile:

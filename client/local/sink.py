@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 import orjson
 
-from client.core.errors import ConfigError, SinkError
+from client.core.errors import SinkError, map_write_error
 from client.core.records import FailureRecord, ResultRecord
 from client.local.ledger import write_ids
 
@@ -119,8 +119,8 @@ class ResultSink:
             probe.write_bytes(b"ok")
             probe.unlink()
         except OSError as exc:
-            raise ConfigError(f"--out {out_dir} cannot be written: {exc.strerror or exc}. "
-                              "Choose a writable directory.") from exc
+            raise map_write_error(exc, f"--out {out_dir} cannot be written: {exc.strerror or exc}",
+                               ". Choose a writable directory.") from exc
 
     def _open_segment(self) -> BinaryIO:
         self._sequence += 1
