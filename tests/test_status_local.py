@@ -5,6 +5,7 @@ refusals (exit 2) by the CLI."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -18,6 +19,8 @@ import orjson
 import pytest
 
 from client.core.ids import shard_of
+from client.local import lock as out_lock
+from client.local.lock import hold_out_lock
 from client.local.run_settings import RunRecord, shaping_settings, write_run_file
 from client.status.local import lock_state
 from launch.sim.fleet import SimServerSpec
@@ -102,13 +105,31 @@ def test_lock_holders(tmp_path: Path) -> None:
     lock.write_bytes(orjson.dumps({"host": socket.gethostname(), "pid": int(gone.stdout), "started": 1.0}))
     state = lock_state(out)
     assert state.live is False and "left by a client that is gone" in state.describe()
-    lock.write_bytes(orjson.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": 1.0}))
-    assert lock_state(out).live is True
     lock.write_bytes(orjson.dumps({"host": "elsewhere", "pid": 1, "started": 1.0}))
     state = lock_state(out)
-    assert state.live is None and "another host" in state.describe()
+    assert state.live is False and "left by a client that is gone" in state.describe()
     lock.write_bytes(b"")
     assert lock_state(out).describe() == "no run is live (the lock is free)"
+    with hold_out_lock(out) as me:
+        state = lock_state(out)
+        assert state.live is True and state.holder == me and state.describe().startswith("a run is live")
+    assert lock_state(out).describe() == "no run is live (the lock is free)"
+
+
+@pytest.mark.parametrize("pid", [1, os.getpid()], ids=["pid 1", "this process"])
+def test_a_live_unrelated_pid_in_an_unheld_lock_is_not_a_live_run(tmp_path: Path, pid: int) -> None:
+    # pid 1 always runs: a lock file naming it (a container's client was pid 1) but not held is a run that is
+    # gone, as client.run judges it when it takes the lock over.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").write_bytes(orjson.dumps({"host": socket.gethostname(), "pid": pid, "started": 1.0}))
+    code, doc, stderr = status(out)
+    assert code == 0, stderr
+    assert doc["live"] is False and "left by a client that is gone" in doc["lock"], doc
+    taken: list[str] = []
+    with hold_out_lock(out, note=taken.append):
+        assert lock_state(out).live is True
+    assert taken and "taking over the lock left by a client that is gone" in taken[0]
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -143,3 +164,21 @@ def test_turns_all_counts_finished_conversations(tmp_path: Path) -> None:
     assert doc["done"] == 1 and doc["prompts"] == 3 and doc["remaining"] == 2
     assert doc["records_in_window"] == 1, "the rate counts finished conversations"
     assert doc["completion_tokens"] == 30
+
+
+def test_a_status_probe_never_turns_a_starting_client_away(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").write_bytes(b"")
+    probe = (out / ".lock").open("rb")
+    fcntl.flock(probe.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)  # a status probe at the moment a client starts
+    waits: list[float] = []
+
+    def probe_ends(seconds: float) -> None:
+        waits.append(seconds)
+        probe.close()  # the probe lets go while the client waits
+
+    monkeypatch.setattr(out_lock.time, "sleep", probe_ends)
+    with hold_out_lock(out) as me:
+        assert lock_state(out).holder == me
+    assert len(waits) == 1

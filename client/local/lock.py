@@ -8,6 +8,12 @@ and the next client takes it over and says so.
 
 The file is never deleted: deleting it would let a client that opened the old file and one that created a
 new one both hold "the" lock.
+
+Whether a run is live is judged one way for every tool: by the flock, never by the pid the file names (a
+pid of a client that is gone may since belong to an unrelated process, e.g. pid 1 in a container).
+`probe_lock` (for client.status) takes a shared lock for an instant to see whether anyone holds it; a
+client that starts in that instant keeps trying for a moment before it gives up, so a probe never turns
+a client away.
 """
 
 from __future__ import annotations
@@ -82,18 +88,18 @@ def hold_out_lock(out_dir: Path, *, note: Callable[[str], None] | None = None) -
         raise ConfigError(f"--out {out_dir}: cannot open the lock file {path}: {exc.strerror or exc}") from exc
     with handle:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = Holder.parse(_read(handle))
-            for _ in range(_NAME_WAIT_STEPS):  # a holder that has just locked writes its name right after
-                if holder is not None:
+            # Blocked: by a live client, or by a status probe for an instant; a holder that has just locked
+            # writes its name right after, so its name is read once the lock stays taken.
+            for _ in range(_NAME_WAIT_STEPS):
+                if _try_lock(handle, fcntl.LOCK_EX):
                     break
                 time.sleep(_NAME_WAIT_S)
+            else:
                 holder = Holder.parse(_read(handle))
-            who = holder.describe() if holder else "a client that is just starting"
-            raise OutLocked(f"--out {out_dir} is in use by another client ({who}; lock file {path}). "
-                            "Two clients on one --out would send the same prompts twice: wait for that one "
-                            "to finish, stop it, or give this one another --out") from None
+                who = holder.describe() if holder else "a client that is just starting"
+                raise OutLocked(f"--out {out_dir} is in use by another client ({who}; lock file {path}). "
+                                "Two clients on one --out would send the same prompts twice: wait for that one "
+                                "to finish, stop it, or give this one another --out") from None
         except OSError as exc:
             raise ConfigError(f"--out {out_dir}: cannot lock {path}: {exc.strerror or exc} (a file system "
                               "without locks? choose a local directory)") from exc
@@ -119,6 +125,39 @@ def hold_out_lock(out_dir: Path, *, note: Callable[[str], None] | None = None) -
                 handle.truncate()
                 handle.flush()
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _try_lock(handle: BinaryIO, kind: int) -> bool:
+    """Take the flock of `kind` without waiting; False when another open file holds a conflicting one."""
+    try:
+        fcntl.flock(handle.fileno(), kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def probe_lock(out_dir: Path) -> tuple[Holder | None, bool | None]:
+    """Who `OUT/.lock` names, and whether a client holds the lock now, judged as `hold_out_lock` judges it:
+    by the flock (a file that names a holder but is not locked was left by a client that is gone, whatever
+    its pid is now). Holds a shared lock for an instant, never waits. Live is None when the file system
+    cannot lock (then nothing can tell)."""
+    path = out_dir / LOCK_FILE
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return None, False
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    with handle:
+        try:
+            free = _try_lock(handle, fcntl.LOCK_SH)
+        except OSError:
+            return Holder.parse(_read(handle)), None
+        try:
+            return Holder.parse(_read(handle)), not free
+        finally:
+            if free:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def pid_alive(pid: int) -> bool:

@@ -3,7 +3,7 @@
 It reads every result segment (through `client.results.reader`, which never repairs a live segment)
 for the done ids, the tokens and the records' `created` times; `run.json` for the run's model and
 settings; `failures/` for the ids still failed; and the lock file for whether a client is running on the
-directory now (the holder it names, on this host, with its pid alive). With --prompts it counts the total
+directory now (whether its flock is held, as client.run judges it). With --prompts it counts the total
 (the shard's, when the segments all carry one shard K/N with N > 1), what remains and the ETA from the
 rate over the last hour (the records whose `created` falls in the last hour, or since the first record
 when that is sooner). A run with `--turns all` (run.json's `turns`) counts conversations: one is done
@@ -13,7 +13,6 @@ when the event that ends it (`<id>#<turn>!`) is written, and the rate is of fini
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from rich.text import Text
 
 from client.core.durations import format_duration
 from client.core.errors import ConfigError
-from client.local.lock import LOCK_FILE, Holder, pid_alive
+from client.local.lock import LOCK_FILE, Holder, probe_lock
 from client.local.run_settings import read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
 from client.run.conversation import parse_event_id
@@ -43,31 +42,21 @@ class LockState:
     live: bool | None
 
     def describe(self) -> str:
-        if self.holder is None:
-            return "no run is live (the lock is free)"
-        who = self.holder.describe()
+        who = self.holder.describe() if self.holder is not None else None
         if self.live is None:
-            return f"the lock names a client on another host ({who}); cannot check it from here"
+            return f"cannot tell whether a run is live: this file system has no locks (the lock names {who})"
         if self.live:
-            return f"a run is live ({who})"
+            return f"a run is live ({who or 'a client that is just starting'})"
+        if who is None:
+            return "no run is live (the lock is free)"
         return f"no run is live (the lock was left by a client that is gone: {who})"
 
 
 def lock_state(out: Path) -> LockState:
-    """Read `OUT/.lock` without taking it (taking it, even shared, would turn a client starting at that
-    moment away): an empty file is a lock released cleanly; a named holder on this host is live while its
-    pid is."""
-    try:
-        holder = Holder.parse((out / LOCK_FILE).read_bytes())
-    except FileNotFoundError:
-        holder = None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {out / LOCK_FILE}: {exc.strerror or exc}") from exc
-    if holder is None:
-        return LockState(None, False)
-    if holder.host != socket.gethostname():
-        return LockState(holder, None)
-    return LockState(holder, pid_alive(holder.pid))
+    """Whether a client holds `OUT/.lock`, judged as client.run judges it (client.local.lock.probe_lock): by
+    the flock, not by whether the pid the file names is alive (it may be an unrelated process now)."""
+    holder, live = probe_lock(out)
+    return LockState(holder, live)
 
 
 @dataclass
