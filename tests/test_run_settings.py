@@ -19,6 +19,7 @@ from client.local.run_settings import (
     RUN_FILE,
     PromptFile,
     RunRecord,
+    first_record,
     from_json,
     hash_prompt_file,
     prompt_changes,
@@ -121,8 +122,9 @@ def test_the_file_round_trips_and_an_unreadable_one_stops_the_run(tmp_path: Path
     write_run_file(tmp_path, record)
     assert read_run_file(tmp_path) == record and not list(tmp_path.glob("*.tmp"))
     (tmp_path / RUN_FILE).write_bytes(b"{")
-    with pytest.raises(ConfigError, match="Fix or remove it"):
+    with pytest.raises(ConfigError, match="Fix it or restore it") as raised:
         read_run_file(tmp_path)
+    assert "Do not remove it" in str(raised.value)
 
 
 def test_hash_prompt_file_streams_the_whole_file(tmp_path: Path) -> None:
@@ -197,6 +199,39 @@ def test_a_changed_resume_is_refused_then_allowed_and_audited_as_mixed(tmp_path:
     assert "temperature=0.6: 20 record(s); temperature=1.0: 15 record(s)" in mixed[0]["message"]
     counts = {entry["sampling"]["temperature"]: entry["records"] for entry in report["sampling"]}
     assert counts == {0.6: 20, 1.0: 15}
+
+
+def test_records_without_run_json_refuse_a_resume_until_allowed(tmp_path: Path, fleet_factory: Any) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0,
+                                         extra_args=("--mean-tokens", "60", "--tokens-per-chunk", "3"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 12)
+    more = make_prompts(tmp_path / "q.jsonl", 5, prefix="q")
+    out = tmp_path / "out"
+    base = ["--endpoints", ",".join(fleet.urls), "--out", str(out), "--prompts", str(prompts)]
+    first = run_client(base)
+    assert first.code == 0, first.stderr[-3000:]
+    (out / RUN_FILE).unlink()
+
+    changed = [*base, "--prompts", str(more), "--temperature", "1.0"]
+    refused = run_client(changed)
+    assert refused.code == 2, refused.stderr[-3000:]
+    assert f"--out {out} holds 12 record(s) but no {RUN_FILE}" in refused.stderr
+    assert "Restore run.json" in refused.stderr and "--allow-settings-change" in refused.stderr
+    assert "preflight" not in refused.stderr  # refused before anything was sent
+    assert len(read_results(out)) == 12 and not (out / RUN_FILE).exists()
+
+    allowed = run_client([*changed, "--allow-settings-change"])
+    assert allowed.code == 0, allowed.stderr[-3000:]
+    assert "their settings are unknown" in allowed.stderr
+    recorded = orjson.loads((out / RUN_FILE).read_bytes())
+    assert recorded["settings"]["sampling"]["temperature"] == 1.0
+    assert [entry["changes"] for entry in recorded["history"]] == [
+        [f"{RUN_FILE} was missing: the settings of 12 earlier record(s) are unknown"]]
+    assert len(read_results(out)) == 17
+
+
+def test_a_fresh_out_records_its_settings_without_asking(tmp_path: Path) -> None:
+    assert first_record(settings=BASE, prompts=(A,), run="r", at=1.0) == RunRecord(BASE, (A,), 1.0, "r")
 
 
 @pytest.mark.s3

@@ -131,6 +131,18 @@ def updated(record: RunRecord, *, settings: dict[str, Any], prompts: Sequence[Pr
     return replace(record, settings=settings, prompts=tuple(prompts), run=run, history=(*record.history, entry))
 
 
+def first_record(*, settings: dict[str, Any], prompts: Sequence[PromptFile], run: str, at: float,
+                 unknown_records: int = 0) -> RunRecord:
+    """The first run.json of an --out; `unknown_records` written before it without one (allowed by
+    --allow-settings-change) are noted in the history, since their settings may differ."""
+    history: tuple[dict[str, Any], ...] = ()
+    if unknown_records:
+        history = ({"at": at, "at_utc": _iso(at), "run": run, "prompt_files": [], "previous": None,
+                    "changes": [f"{RUN_FILE} was missing: the settings of {unknown_records:,} earlier record(s) "
+                                "are unknown"]},)
+    return RunRecord(settings, tuple(prompts), at, run, history)
+
+
 def _iso(unix: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
@@ -178,8 +190,9 @@ def read_run_file(out_dir: Path) -> RunRecord | None:
     try:
         return from_json(blob, source=str(path))
     except ValueError as exc:
-        raise ConfigError(f"{exc}. Fix or remove it (the next run records its own settings), "
-                          "then start again.") from exc
+        raise ConfigError(f"{exc}. Fix it or restore it from a copy (with --s3, PREFIX/run.json), then start "
+                          "again. Do not remove it: without it the settings of the records already written are "
+                          "unknown, and a resume is refused.") from exc
 
 
 def write_run_file(out_dir: Path, record: RunRecord) -> None:

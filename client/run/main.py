@@ -147,7 +147,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
         await check_max_tokens(endpoints, model, settings.max_tokens)
         gate = SettingsGate(out, run_id=run_id, allow_change=args.allow_settings_change,
-                            store=uploader.store if uploader is not None else None)
+                            store=uploader.store if uploader is not None else None, existing_records=len(done_ids))
 
         async def check_settings(policy: FieldPolicy) -> None:
             await gate.check(shaping_settings(model=model, sampling=settings.recorded(policy),

@@ -2,6 +2,10 @@
 before anything is sent to a server), then record the settings and the prompt files' hashes before the
 first prompt, in `OUT/run.json` and, with --s3, in `PREFIX/run.json`.
 
+An --out that holds records but no run.json (removed, lost) is refused too: the settings those records
+were made with are unknown, so any resume could mix settings silently. --allow-settings-change continues
+and notes the unknown settings in the history.
+
 The format and the comparison are client.local.run_settings'. With --s3 the prefix's copy is the
 reference (it is shared by every host writing there); it is written with a conditional PUT, so two hosts
 starting at once record one set of settings, and the loser compares against the winner's.
@@ -20,6 +24,7 @@ from client.core.errors import ConfigError
 from client.local.run_settings import (
     RUN_FILE,
     RunRecord,
+    first_record,
     from_json,
     hash_prompt_file,
     prompt_changes,
@@ -35,6 +40,15 @@ from client.s3.store import S3Conflict, S3Error, S3Store
 _S3_ATTEMPTS = 3
 
 
+def unknown_settings(out: Path, records: int) -> str:
+    """The message of a refused resume of records whose run.json is gone."""
+    return (f"--out {out} holds {records:,} record(s) but no {RUN_FILE}: the settings they were made with are "
+            "unknown, so this run's could differ and be mixed into one data set. Restore run.json from a copy "
+            "(with --s3, PREFIX/run.json) and run again, give a new --out, or pass --allow-settings-change to "
+            "continue anyway (this run's settings are recorded; `python -m client.audit` tells whether the "
+            "records are mixed).")
+
+
 def refusal(where: str, changes: Sequence[str]) -> str:
     """The message of a refused resume: every difference, one per line."""
     lines = "".join(f"\n  {line}" for line in changes)
@@ -47,8 +61,10 @@ def refusal(where: str, changes: Sequence[str]) -> str:
 class SettingsGate:
     """Compares this run's settings with the recorded ones (`check`), then records them (`record`)."""
 
-    def __init__(self, out: Path, *, run_id: str, allow_change: bool, store: S3Store | None = None) -> None:
+    def __init__(self, out: Path, *, run_id: str, allow_change: bool, store: S3Store | None = None,
+                 existing_records: int = 0) -> None:
         self.out = out
+        self.existing_records = existing_records
         self.run_id = run_id
         self.allow_change = allow_change
         self.store = store
@@ -80,6 +96,11 @@ class SettingsGate:
     def _compare(self, settings: dict[str, Any]) -> None:
         reference = self._remote or self._local
         if reference is None:
+            if self.existing_records and not self.allow_change:
+                raise ConfigError(unknown_settings(self.out, self.existing_records))
+            if self.existing_records:
+                say(f"no {RUN_FILE} for the {self.existing_records:,} record(s) already written "
+                    "(--allow-settings-change): their settings are unknown; recording this run's")
             return
         changes = setting_changes(reference.settings, settings)
         if changes and not self.allow_change:
@@ -114,7 +135,8 @@ class SettingsGate:
         assert self._settings is not None
         now = time.time()
         if reference is None:
-            return RunRecord(self._settings, tuple(files), now, self.run_id)
+            return first_record(settings=self._settings, prompts=files, run=self.run_id, at=now,
+                                unknown_records=self.existing_records)
         return updated(reference, settings=self._settings, prompts=files, run=self.run_id, at=now)
 
     async def _record_remote(self, record: RunRecord, files: Sequence[Any]) -> None:
