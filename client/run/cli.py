@@ -23,7 +23,6 @@ from client.core.payload import SamplingSettings
 from client.fleet.options import add_network_options
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.token_ids import TOKEN_IDS_CHOICES
-from client.run.retry import DEFAULT_MAX_RETRY_AFTER_S
 
 T = TypeVar("T")
 
@@ -198,13 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
                          help="start at most RATE requests a second, retries included, for a hosted endpoint "
                               "with an agreed rate (default: no limit)")
-    retries.add_argument("--max-retry-after", type=positive_float, default=DEFAULT_MAX_RETRY_AFTER_S,
-                         metavar="SECONDS",
-                         help="honour a 429's Retry-After up to this long; a longer one is cut to it, so a bogus "
-                              "value cannot park a prompt for hours (default: %(default)s)")
     retries.add_argument("--idle-timeout", type=positive_float, default=300.0, metavar="SECONDS",
-                         help="a stream that sends no new token for this long is retried elsewhere; SSE comments "
-                              "and keep-alive events do not count (default: %(default)s)")
+                         help="a stream that sends no byte for this long is retried elsewhere (default: %(default)s)")
     retries.add_argument("--circuit-failures", type=positive_int, default=3, metavar="N",
                          help="take an endpoint out of rotation after N failures in a row (default: %(default)s)")
     retries.add_argument("--grace", type=non_negative_float, default=30.0, metavar="SECONDS",

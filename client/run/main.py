@@ -178,8 +178,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
                           on_segment_closed=uploader.segment_closed if uploader else None)
         swarm = Swarm(
             endpoints=endpoints, source=source, sink=sink, stats=stats, settings=settings, model=model,
-            retry=RetryPolicy(max_attempts=args.max_attempts, max_retry_after_s=args.max_retry_after),
-            grace_s=args.grace,
+            retry=RetryPolicy(max_attempts=args.max_attempts), grace_s=args.grace,
             rotate_check_s=min(5.0, max(0.2, segment_age / 5)),
             dispatcher=Dispatcher(endpoints, DispatchSettings(failure_threshold=args.circuit_failures,
                                                            default_capacity=args.slots)),

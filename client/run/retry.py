@@ -3,11 +3,6 @@
 Retries follow the error class (client.core.errors): connection errors, 5xx, 429 (honouring Retry-After), a
 dropped, stalled or error-event stream are tried again on any healthy endpoint, preferring another one;
 4xx is permanent. A stop request ends the wait between attempts at once.
-
-A server's Retry-After is honoured up to `max_retry_after_s` (--max-retry-after, DEFAULT_MAX_RETRY_AFTER_S):
-`Retry-After: 100000` from a misconfigured proxy would otherwise park a prompt for 28 hours. Each wait is
-entered in the run's stats (RunStats.begin_wait), so the console shows the waiting requests and when they
-wake.
 """
 
 from __future__ import annotations
@@ -28,10 +23,6 @@ from client.fleet.dispatcher import DispatchClosed, Dispatcher
 from client.run.rate import RequestRate
 from client.wire.endpoint import Endpoint
 
-# Five minutes: longer than any rate-limit window an inference server or gateway announces in practice,
-# short enough that a bogus Retry-After cannot stall a prompt for hours.
-DEFAULT_MAX_RETRY_AFTER_S = 300.0
-
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -39,7 +30,6 @@ class RetryPolicy:
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
     jitter_s: float = 1.0
-    max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +76,15 @@ class Generator:
         backoff = self._backoff(state)
         error = state.outcome.exception() if state.outcome else None
         if isinstance(error, RateLimited) and error.retry_after is not None:
-            return max(backoff, min(error.retry_after, self.retry.max_retry_after_s))
+            return max(backoff, error.retry_after)
         return float(backoff)
 
     async def _sleep(self, seconds: float) -> None:
-        wait = self.stats.begin_wait(seconds)
         try:
             async with asyncio.timeout(seconds):
                 await self.stopping.wait()
         except TimeoutError:
             return
-        finally:
-            self.stats.end_wait(wait)
         raise Abandoned
 
     async def generate(self, prompt: Prompt, messages: list[dict[str, Any]], *,
