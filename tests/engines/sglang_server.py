@@ -78,17 +78,12 @@ class SGLangServer(VLLMServer):
         kwargs.setdefault("startup_timeout", STARTUP_TIMEOUT_S)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
-    def command(self) -> list[str]:
-        python = self.python or sglang_python()
-        return [
-            str(python), "-m", "sglang.launch_server",
-            "--model-path", str(self.model_dir),
-            "--served-model-name", self.model_name,
-            "--host", self.host,
-            "--port", str(self.port),
-            *BASE_ARGS,
-            *self.extra_args,
-        ]
+    ENTRY_POINT = "sglang.launch_server"
+    MODEL_FLAG = "--model-path"
+    BASE_ARGS = BASE_ARGS
+
+    def default_python(self) -> Path:
+        return sglang_python()
 
     def _environment(self) -> dict[str, str]:
         env = super()._environment()

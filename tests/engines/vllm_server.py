@@ -120,15 +120,23 @@ class VLLMServer:
         """The OpenAI base URL (with /v1)."""
         return f"{self.url}/v1"
 
+    # What a subclass for another engine changes (tests/engines/sglang_server.py).
+    ENTRY_POINT = "vllm.entrypoints.openai.api_server"
+    MODEL_FLAG = "--model"
+    BASE_ARGS = BASE_ARGS
+
+    def default_python(self) -> Path:
+        return vllm_python()
+
     def command(self) -> list[str]:
-        python = self.python or vllm_python()
+        python = self.python or self.default_python()
         return [
-            str(python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir),
+            str(python), "-m", self.ENTRY_POINT,
+            self.MODEL_FLAG, str(self.model_dir),
             "--served-model-name", self.model_name,
             "--host", self.host,
             "--port", str(self.port),
-            *BASE_ARGS,
+            *self.BASE_ARGS,
             *self.extra_args,
         ]
 
