@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.report import emit
-from client.core.payload import SamplingSettings
+from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
 from client.core.stats import EndpointCounters, RunStats
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.startup import check_reachable
 from client.local.ledger import read_done_ids
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
+from client.run.fleet_session import Fleet
 from client.run.swarm import Swarm
 from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimFleet, SimServerSpec
@@ -73,8 +74,8 @@ async def run_policy(policy: str, urls: list[str], prompts: Path, out: Path, max
         stats.endpoints = counters
         done, _ = read_done_ids(out / "segments")
         sink = ResultSink(out, run_id=policy)
-        swarm = Swarm(endpoints=endpoints, source=PromptSource([prompts], done), sink=sink, stats=stats,
-                      settings=SamplingSettings(max_tokens=max_tokens), model=MODEL, dispatcher=dispatcher)
+        shape = RequestShape(MODEL, SamplingSettings(max_tokens=max_tokens), FieldPolicy.everything())
+        swarm = Swarm(Fleet(endpoints, dispatcher, shape), PromptSource([prompts], done), sink, stats)
         started = time.monotonic()
         await swarm.run()
         makespan = time.monotonic() - started

@@ -46,7 +46,7 @@ async def measure(kind: type[Dispatcher], workers: int, requests: int) -> float:
             remaining -= 1
             endpoint = await dispatcher.acquire()
             await asyncio.sleep(0)
-            await dispatcher.release(endpoint)
+            dispatcher.release(endpoint)
 
     started = time.process_time()
     async with asyncio.TaskGroup() as group:

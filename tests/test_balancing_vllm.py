@@ -104,7 +104,7 @@ async def _fill(dispatcher: Dispatcher) -> list[int]:
         except (TimeoutError, DispatchClosed):
             break
     for endpoint in taken:
-        await dispatcher.release(endpoint)
+        dispatcher.release(endpoint)
     return [sum(e.index == i for e in taken) for i in range(len(dispatcher.endpoints))]
 
 

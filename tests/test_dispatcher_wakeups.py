@@ -49,12 +49,12 @@ async def test_a_release_wakes_the_oldest_waiter_and_only_one(endpoints: list[En
     tasks = [asyncio.create_task(waiter(n)) for n in range(5)]
     await settle()
     assert order == [] and len(dispatcher._waiters) == 5
-    await dispatcher.release(held.pop())
+    dispatcher.release(held.pop())
     await settle()
     assert order == [0], "one freed slot, one waiter served: the oldest"
     assert len(dispatcher._waiters) == 4, "the others were not woken"
     for _ in range(4):
-        await dispatcher.release(held.pop())
+        dispatcher.release(held.pop())
     await settle()
     assert order == [0, 1, 2, 3, 4]
     await asyncio.gather(*tasks)
@@ -62,7 +62,7 @@ async def test_a_release_wakes_the_oldest_waiter_and_only_one(endpoints: list[En
 
 async def test_room_that_appears_at_once_reaches_as_many_waiters(endpoints: list[Endpoint]) -> None:
     dispatcher = dispatcher_for(endpoints)
-    await dispatcher.set_state(endpoints[1], DOWN)
+    dispatcher.set_state(endpoints[1], DOWN)
     held = [await dispatcher.acquire() for _ in range(SLOTS)]
     served: list[int] = []
 
@@ -73,12 +73,12 @@ async def test_room_that_appears_at_once_reaches_as_many_waiters(endpoints: list
     tasks = [asyncio.create_task(waiter(n)) for n in range(SLOTS + 2)]
     await settle()
     assert served == []
-    await dispatcher.set_state(endpoints[1], UP)  # SLOTS free slots appear at once
+    dispatcher.set_state(endpoints[1], UP)  # SLOTS free slots appear at once
     await settle()
     assert sorted(served) == list(range(SLOTS)), "every free slot is taken, no more"
     assert len(dispatcher._waiters) == 2
     for endpoint in held[:2]:
-        await dispatcher.release(endpoint)
+        dispatcher.release(endpoint)
     await asyncio.gather(*tasks)
 
 
@@ -88,7 +88,7 @@ async def test_a_cancelled_waiter_passes_its_wakeup_on(endpoints: list[Endpoint]
     first = asyncio.create_task(dispatcher.acquire())
     second = asyncio.create_task(dispatcher.acquire())
     await settle()
-    await dispatcher.release(held.pop())  # wakes `first`...
+    dispatcher.release(held.pop())  # wakes `first`...
     first.cancel()                         # ...which is cancelled before it runs
     await settle()
     assert first.cancelled()
@@ -102,7 +102,7 @@ async def test_close_releases_every_waiter(endpoints: list[Endpoint]) -> None:
         await dispatcher.acquire()
     tasks = [asyncio.create_task(dispatcher.acquire()) for _ in range(3)]
     await settle()
-    await dispatcher.close()
+    dispatcher.close()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(r, DispatchClosed) for r in results)
     with pytest.raises(DispatchClosed):

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from client.core.payload import EXTENSION_FIELDS, FieldPolicy, SamplingSettings, build_payload, request_messages
+from client.core.payload import (
+    EXTENSION_FIELDS,
+    FieldPolicy,
+    SamplingSettings,
+    build_payload,
+    request_messages,
+    sampling_block,
+)
 from client.core.records import Prompt
 from tests.conftest import WEATHER_TOOL
 
@@ -81,7 +88,7 @@ def test_id_fields_need_both_the_ask_and_the_policy(policy: FieldPolicy, asked: 
     (SamplingSettings(preserve_thinking=True), {"enable_thinking": True, "preserve_thinking": True}),
 ])
 def test_chat_template_kwargs(settings: SamplingSettings, kwargs: dict[str, bool]) -> None:
-    payload = build_payload(prompt(USER), [USER], settings, model="m")
+    payload = build_payload(prompt(USER), [USER], settings, model="m", policy=FieldPolicy.everything())
     assert payload["chat_template_kwargs"] == kwargs
 
 
@@ -114,7 +121,7 @@ def test_tools_and_seed_only_when_given(tools: list[dict[str, Any]] | None, seed
 ], ids=["all", "openai", "all-with-seed-preserve", "openai-with-seed-preserve"])
 def test_the_recorded_block_is_what_was_sent(policy: FieldPolicy, settings: SamplingSettings,
                                               recorded_keys: set[str]) -> None:
-    recorded = settings.recorded(policy)
+    recorded = sampling_block(settings, policy)
     assert set(recorded) == recorded_keys
     payload = build_payload(prompt(USER), [USER], settings, model="m", policy=policy)
     for key, value in recorded.items():

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from client.core.errors import ConfigError
-from client.core.payload import FieldPolicy, SamplingSettings, build_payload
+from client.core.payload import FieldPolicy, SamplingSettings, build_payload, sampling_block
 from client.core.records import Prompt
 from client.fleet.preflight import check_settings_fit, field_policy, kind_from_models, refused_fields
 from tests.conftest import make_prompts, read_results, run_client
@@ -63,7 +63,7 @@ def test_payload_and_record_follow_the_policy(policy: FieldPolicy, settings: Sam
                             policy=policy)
     expected_ids = {"return_token_ids"} if policy.allows("return_token_ids") else set()
     assert set(payload) & EXTENSIONS == in_payload | expected_ids
-    record = settings.recorded(policy)
+    record = sampling_block(settings, policy)
     assert set(record) & {"top_k", "min_p", "enable_thinking", "preserve_thinking"} == recorded
     assert {"max_tokens", "temperature", "top_p", "presence_penalty"} <= set(record)
 

@@ -14,7 +14,7 @@ for "ask this server for the exact token ids": which fields do that depends on t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from client.core.records import Prompt
@@ -33,20 +33,6 @@ class SamplingSettings:
     seed: int | None = None
     enable_thinking: bool = True
     preserve_thinking: bool = False  # keep earlier turns' reasoning in multi-turn history (Qwen3.6 template)
-
-    def recorded(self, policy: FieldPolicy | None = None) -> dict[str, Any]:
-        """The sampling block of a ResultRecord: exactly the settings the policy lets out."""
-        policy = policy or FieldPolicy.everything()
-        sent = {key: value for key, value in asdict(self).items() if value is not None}
-        for key in ("top_k", "min_p"):
-            if key not in policy.extensions:
-                sent.pop(key, None)
-        if "chat_template_kwargs" not in policy.extensions:
-            sent.pop("enable_thinking", None)
-            sent.pop("preserve_thinking", None)
-        elif not self.preserve_thinking:
-            sent.pop("preserve_thinking", None)
-        return sent
 
 
 EXTENSION_FIELDS = ("top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats")
@@ -78,42 +64,71 @@ def request_messages(prompt: Prompt) -> list[dict[str, Any]]:
     return messages
 
 
+# The sampling fields that ride at the payload's top level; enable_thinking and preserve_thinking go in
+# chat_template_kwargs. Both come from one `sampling_block`, so a record's `sampling` is what was sent.
+_TOP_LEVEL = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "seed")
+
+
+def sampling_block(settings: SamplingSettings, policy: FieldPolicy) -> dict[str, Any]:
+    """The settings the policy lets out, as a ResultRecord's `sampling` records them."""
+    sent = {key: value for key, value in asdict(settings).items() if value is not None}
+    for key in ("top_k", "min_p"):
+        if not policy.allows(key):
+            sent.pop(key, None)
+    if not policy.allows("chat_template_kwargs"):
+        sent.pop("enable_thinking", None)
+        sent.pop("preserve_thinking", None)
+    elif not settings.preserve_thinking:
+        sent.pop("preserve_thinking", None)
+    return sent
+
+
 def build_payload(
     prompt: Prompt,
     messages: list[dict[str, Any]],
     settings: SamplingSettings,
     *,
     model: str,
+    policy: FieldPolicy,
     id_fields: Mapping[str, bool] | None = None,
-    policy: FieldPolicy | None = None,
 ) -> dict[str, Any]:
     """`id_fields`: what this server's request carries to return the token ids (client.fleet.token_ids);
     sent only when the policy allows token ids."""
-    policy = policy or FieldPolicy.everything()
-    payload: dict[str, Any] = {
-        "model": model,
-        "messages": messages,
-        "stream": True,
-        "stream_options": ({"include_usage": True, "continuous_usage_stats": True}
-                           if policy.allows("continuous_usage_stats") else {"include_usage": True}),
-        "max_tokens": settings.max_tokens,
-        "temperature": settings.temperature,
-        "top_p": settings.top_p,
-        "presence_penalty": settings.presence_penalty,
-    }
-    if settings.top_k is not None and policy.allows("top_k"):
-        payload["top_k"] = settings.top_k
-    if settings.min_p is not None and policy.allows("min_p"):
-        payload["min_p"] = settings.min_p
-    if policy.allows("chat_template_kwargs"):
-        # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
-        payload["chat_template_kwargs"] = {"enable_thinking": settings.enable_thinking}
-        if settings.preserve_thinking:
-            payload["chat_template_kwargs"]["preserve_thinking"] = True
-    if prompt.tools:
-        payload["tools"] = prompt.tools
-    if settings.seed is not None:
-        payload["seed"] = settings.seed
-    if id_fields and policy.allows("return_token_ids"):
-        payload.update(id_fields)
-    return payload
+    return RequestShape(model, settings, policy).payload(prompt, messages, id_fields)
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What every request of a run carries, settled once after the preflight: the model, the settings, the
+    field policy. The payload and the recorded sampling both derive from `sampling`."""
+
+    model: str
+    settings: SamplingSettings
+    policy: FieldPolicy
+    sampling: dict[str, Any] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sampling", sampling_block(self.settings, self.policy))
+
+    def payload(self, prompt: Prompt, messages: list[dict[str, Any]],
+                id_fields: Mapping[str, bool] | None = None) -> dict[str, Any]:
+        sampling = self.sampling
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": ({"include_usage": True, "continuous_usage_stats": True}
+                               if self.policy.allows("continuous_usage_stats") else {"include_usage": True}),
+        }
+        payload.update((key, sampling[key]) for key in _TOP_LEVEL if key in sampling)
+        if "enable_thinking" in sampling:
+            # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
+            kwargs = {"enable_thinking": sampling["enable_thinking"]}
+            if sampling.get("preserve_thinking"):
+                kwargs["preserve_thinking"] = True
+            payload["chat_template_kwargs"] = kwargs
+        if prompt.tools:
+            payload["tools"] = prompt.tools
+        if id_fields and self.policy.allows("return_token_ids"):
+            payload.update(id_fields)
+        return payload

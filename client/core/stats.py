@@ -10,6 +10,7 @@ the estimate's mean, or the mean so far) by the 5-minute token rate.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Mapping
@@ -91,6 +92,8 @@ class StatsSnapshot:
     expected_tokens_per_prompt: float | None = None
     sync_lag_s: float | None = None
     accept_length: float | None = None  # the fleet's mean MTP accept length, where servers report it
+    waiting: int = 0  # requests sleeping before their next attempt (backoff or Retry-After)
+    waiting_wake_s: tuple[float, float] | None = None  # (soonest, latest) wake, seconds from the snapshot
 
     @property
     def remaining(self) -> int | None:
@@ -130,6 +133,8 @@ class RunStats:
     errors_by_kind: Counter[str] = field(default_factory=Counter)
     endpoints: list[EndpointCounters] = field(default_factory=list)
     _finished: deque[float] = field(default_factory=deque)
+    _waits: dict[int, float] = field(default_factory=dict)  # wait id -> monotonic wake time
+    _wait_ids: itertools.count[int] = field(default_factory=itertools.count)
     _streamed: WindowedRates | None = None
     _server: WindowedRates | None = None
 
@@ -158,6 +163,15 @@ class RunStats:
         if endpoint is not None:
             endpoint.errors += 1
             endpoint.last_error = message[:200]
+
+    def begin_wait(self, seconds: float) -> int:
+        """A request sleeps `seconds` before its next attempt; returns the id to pass to `end_wait`."""
+        wait = next(self._wait_ids)
+        self._waits[wait] = time.monotonic() + seconds
+        return wait
+
+    def end_wait(self, wait: int) -> None:
+        self._waits.pop(wait, None)
 
     def _rates(self, now: float) -> tuple[list[float | None], list[float | None], list[float | None]]:
         """(streamed tok/s short, streamed tok/s long, server-counted tok/s short), per endpoint."""
@@ -213,6 +227,7 @@ class RunStats:
         )
         cached = _sum([None if e.cached_tokens is None else float(e.cached_tokens) for e in self.endpoints])
         accepts = [e.server_accept_length for e in self.endpoints if e.server_accept_length is not None]
+        wakes = self._waits.values()
         return StatsSnapshot(
             elapsed_s=elapsed,
             total=self.total,
@@ -239,4 +254,6 @@ class RunStats:
             expected_tokens_per_prompt=self.expected_tokens_per_prompt,
             sync_lag_s=self.sync_lag_s,
             accept_length=sum(accepts) / len(accepts) if accepts else None,
+            waiting=len(self._waits),
+            waiting_wake_s=(min(wakes) - now, max(wakes) - now) if wakes else None,
         )

@@ -32,13 +32,13 @@ from client.core.options import (
     positive_int,
 )
 from client.core.payload import SamplingSettings
-from client.estimate.calibrate import CalibrationRun, FleetOptions, calibrate
+from client.estimate.calibrate import CalibrationRun, calibrate
 from client.estimate.measure import Measurements, measure
 from client.estimate.model import sustained_throughput
 from client.estimate.project import Projection, Settings, default_caps, default_gpus, project
 from client.estimate.report import render
 from client.estimate.sample import Census, allocate, census, draw, write_records
-from client.fleet.options import add_network_options, network_from
+from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
 from client.local.lock import hold_out_lock
@@ -204,9 +204,11 @@ def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Me
             return path, len(chosen)
 
         redact.remember(args.api_key)  # a server may echo it in an error body
-        fleet = FleetOptions(tuple(parse_endpoints(args.endpoints)), args.model, args.api_key, args.max_in_flight,
-                             args.wait_ready, args.max_attempts, network=network_from(args), compat=args.compat)
-        run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample,
+        fleet = FleetConfig(tuple(parse_endpoints(args.endpoints)), model=args.model, api_key=args.api_key,
+                            max_in_flight=args.max_in_flight, wait_ready=args.wait_ready, network=network_from(args),
+                            compat=args.compat)
+        run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample, prompt_paths=args.prompts,
+                                                    max_attempts=args.max_attempts,
                                                     progress_every_s=args.progress_every))
         found, _ = measure(str(out), lambda record: chosen.get(record["id"]))
         info = {"mode": "calibration", "out": str(out), **asdict(run)}

@@ -5,6 +5,12 @@ state (starting / up / down). One watcher per endpoint polls its load about once
 up, checks `/health` now and then, probes `/health` while it is out, and brings it back when healthy.
 Dispatch blocks while every endpoint is at its target depth. The choice itself is the balancer's pure
 function.
+
+Taking an endpoint out of rotation ends its requests in flight: each runs inside the endpoint's scope
+(`scope`, an asyncio timeout with no deadline that going down moves to now), so the attempt ends as a
+retryable StreamDropped, and a shutdown's cancellation still propagates as a cancellation.
+`worker_target` is how many requests the fleet can take at once (the target depths), which sizes the
+run's worker pool; `capacity_grew` wakes when it grows.
 """
 
 from __future__ import annotations
@@ -13,11 +19,11 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from client.core.errors import AttemptError, ConnectFailed, RequestRejected, ServerError, StreamDropped, StreamStalled
-from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint
+from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint, target_depth
 from client.fleet.readiness import NO_HEALTH_ROUTE, probe
 from client.wire.endpoint import Endpoint
 from client.wire.loads import LOAD_SOURCES, LoadFormatError, ServerLoad
@@ -48,8 +54,8 @@ class DispatchSettings:
 class _Tracked:
     """Mutable per-endpoint bookkeeping, owned by the dispatcher."""
 
-    __slots__ = ("consecutive_failures", "finished_since_poll", "learned_capacity", "load", "load_source",
-                 "no_source_until", "sent_since_poll", "went_down")
+    __slots__ = ("consecutive_failures", "down_reason", "finished_since_poll", "learned_capacity", "load",
+                 "load_source", "no_source_until", "scopes", "sent_since_poll", "went_down")
 
     def __init__(self) -> None:
         self.load: ServerLoad | None = None
@@ -60,6 +66,8 @@ class _Tracked:
         self.learned_capacity = 0
         self.consecutive_failures = 0
         self.went_down = asyncio.Event()
+        self.scopes: set[asyncio.Timeout] = set()  # the requests in flight here
+        self.down_reason = ""
 
 
 class Dispatcher:
@@ -70,6 +78,8 @@ class Dispatcher:
         self._waiters: deque[asyncio.Future[None]] = deque()  # workers waiting for a slot, oldest first
         self._woken = 0  # waiters woken that have not run yet
         self._closed = False
+        self._announced_target = self.worker_target()
+        self._grew = asyncio.Event()
 
     # -- the policy's input ------------------------------------------------------------------------------
 
@@ -132,7 +142,39 @@ class Dispatcher:
                 raise
             self._woken -= 1
 
-    async def release(self, endpoint: Endpoint) -> None:
+    def worker_target(self) -> int:
+        """Requests the fleet can take at once: every endpoint's target depth, within its hard cap."""
+        return sum(min(e.max_in_flight, target_depth(self.capacity(i), self.settings.headroom))
+                   for i, e in enumerate(self.endpoints))
+
+    async def capacity_grew(self) -> None:
+        """Returns once `worker_target` has grown past what it was when last announced."""
+        await self._grew.wait()
+        self._grew.clear()
+
+    def _check_growth(self) -> None:
+        target = self.worker_target()
+        if target > self._announced_target:
+            self._announced_target = target
+            self._grew.set()
+
+    @contextlib.asynccontextmanager
+    async def scope(self, endpoint: Endpoint) -> AsyncIterator[None]:
+        """Run one request so that taking `endpoint` out of rotation ends it as a retryable StreamDropped."""
+        tracked = self._tracked[endpoint.index]
+        try:
+            async with asyncio.timeout(None) as deadline:
+                tracked.scopes.add(deadline)
+                try:
+                    yield
+                finally:
+                    tracked.scopes.discard(deadline)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise StreamDropped(f"endpoint taken out of rotation ({tracked.down_reason or 'unhealthy'})") from None
+
+    def release(self, endpoint: Endpoint) -> None:
         endpoint.counters.in_flight -= 1
         self._tracked[endpoint.index].finished_since_poll += 1
         # One freed slot serves one waiter: waking them all made the CPU per request grow with the number
@@ -151,27 +193,27 @@ class Dispatcher:
                 self._woken += 1
                 count -= 1
 
-    async def _notify(self) -> None:
+    def _notify(self) -> None:
         self._wake(len(self._waiters))
 
-    async def close(self) -> None:
+    def close(self) -> None:
         self._closed = True
-        await self._notify()
+        self._notify()
 
     # -- health ----------------------------------------------------------------------------------------
 
-    async def report_success(self, endpoint: Endpoint) -> None:
+    def report_success(self, endpoint: Endpoint) -> None:
         self._tracked[endpoint.index].consecutive_failures = 0
 
-    async def report_failure(self, endpoint: Endpoint, error: AttemptError) -> None:
+    def report_failure(self, endpoint: Endpoint, error: AttemptError) -> None:
         if not isinstance(error, _SERVER_FAULTS):
             return
         tracked = self._tracked[endpoint.index]
         tracked.consecutive_failures += 1
         if tracked.consecutive_failures >= self.settings.failure_threshold or isinstance(error, ConnectFailed):
-            await self.set_state(endpoint, DOWN, str(error))
+            self.set_state(endpoint, DOWN, str(error))
 
-    async def set_state(self, endpoint: Endpoint, state: str, reason: str = "") -> None:
+    def set_state(self, endpoint: Endpoint, state: str, reason: str = "") -> None:
         previous = endpoint.counters.state
         if previous == state:
             return
@@ -183,10 +225,13 @@ class Dispatcher:
             if reason:
                 endpoint.counters.last_error = f"out of rotation: {reason}"[:200]
             # Its requests in flight would only stall or fail there: send them elsewhere now.
-            endpoint.abort_streams(f"endpoint taken out of rotation ({reason or 'unhealthy'})")
+            tracked.down_reason = reason
+            now = asyncio.get_running_loop().time()
+            for deadline in tracked.scopes:
+                deadline.reschedule(now)
         if state == UP:
             tracked.consecutive_failures = 0
-        await self._notify()
+        self._notify()
 
     async def prime(self) -> None:
         """One load poll of every endpoint that is up, so the first requests already go by capacity."""
@@ -202,7 +247,7 @@ class Dispatcher:
                 readiness = await probe(endpoint, limit_s=self.settings.probe_timeout)
                 if readiness.ready:
                     tracked.went_down.clear()
-                    await self.set_state(endpoint, UP)
+                    self.set_state(endpoint, UP)
                     next_health = time.monotonic() + self.settings.health_interval
                 else:
                     endpoint.counters.last_error = f"not ready: {readiness.reason}"[:200]
@@ -215,7 +260,7 @@ class Dispatcher:
                 # No answer in time is not proof of death (SGLang's /health generates a token and can be
                 # slow under load); a non-200 answer is, and a refused connection shows in the polls.
                 if status is not None and status != 200 and status not in NO_HEALTH_ROUTE:
-                    await self.set_state(endpoint, DOWN, f"/health answered {status}")
+                    self.set_state(endpoint, DOWN, f"/health answered {status}")
                     continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.poll_interval):
@@ -231,7 +276,7 @@ class Dispatcher:
                 body = await endpoint.get_bytes(path, limit_s=self.settings.poll_timeout)
                 load = parse(body)
             except ConnectFailed as exc:
-                await self.set_state(endpoint, DOWN, str(exc))
+                self.set_state(endpoint, DOWN, str(exc))
                 return
             except RequestRejected:
                 tracked.load_source += 1  # 404/405: this server does not offer that source; try the next
@@ -243,14 +288,14 @@ class Dispatcher:
                 # Slow or busy (vLLM answers /metrics late while it decodes): keep the source, and the
                 # last load, and ask again at the next poll.
                 return
-            await self._apply_load(endpoint, tracked, load)
+            self._apply_load(endpoint, tracked, load)
             return
         # No source works: balance on our own in-flight counts and look again later.
         tracked.load_source = 0
         tracked.load = None
         tracked.no_source_until = now + self.settings.rediscover_s
 
-    async def _apply_load(self, endpoint: Endpoint, tracked: _Tracked, load: ServerLoad) -> None:
+    def _apply_load(self, endpoint: Endpoint, tracked: _Tracked, load: ServerLoad) -> None:
         tracked.load = load
         tracked.sent_since_poll = 0
         tracked.finished_since_poll = 0
@@ -263,4 +308,5 @@ class Dispatcher:
         endpoint.counters.server_token_usage = load.token_usage
         endpoint.counters.server_accept_length = load.accept_length
         endpoint.counters.capacity = self.capacity(endpoint.index)
-        await self._notify()
+        self._check_growth()
+        self._notify()

@@ -1,10 +1,13 @@
-"""The network options every tool that talks to the fleet shares (`client.run`, `client.estimate`):
-defined once here, turned into the wire layer's NetworkOptions by `network_from`."""
+"""What every tool that talks to the fleet shares (`client.run`, `client.estimate`): the network options,
+defined once here and turned into the wire layer's NetworkOptions by `network_from`, and the FleetConfig
+the tools build from their command lines."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
+from client.core.options import DEFAULT_MAX_IN_FLIGHT
 from client.wire.connect import NetworkOptions
 
 
@@ -23,3 +26,21 @@ def add_network_options(group: argparse.ArgumentParser | argparse._ArgumentGroup
 
 def network_from(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(ca_bundle=args.ca_bundle, insecure=args.insecure, proxy=args.proxy)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """Everything that says how to reach and use the fleet, checked once by the tool's command line;
+    `open_fleet` (client.run.fleet_session) takes it whole."""
+
+    urls: tuple[str, ...]
+    model: str | None = None
+    api_key: str | None = None
+    network: NetworkOptions = field(default_factory=NetworkOptions)
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    slots: int = 32  # decode slots assumed for a server that does not report them
+    wait_ready: float = 0.0
+    idle_timeout: float = 300.0
+    circuit_failures: int = 3
+    compat: str = "auto"  # which extension fields go out (client.fleet.preflight)
+    token_ids: str = "auto"  # client.fleet.token_ids

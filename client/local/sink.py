@@ -7,17 +7,22 @@ Layout under --out:
 
 A segment is never appended to after its run closes it (or crashes): a new run opens new segments. Reading
 the ledger back at start-up (and repairing what a crash left) is client.local.ledger's.
+
+The sink is synchronous. Appending a line is one unbuffered write, done where the record is made (the
+event loop). A segment that is full or old enough is only retired there; making it durable (fsync, close,
+sidecar) is `rotate`'s, which the swarm calls from a worker thread (asyncio.to_thread), so a slow disk never
+blocks the streams. `rotate` and `close` return the segments they closed; `announce` hands them to
+`on_segment_closed` (the S3 uploader) in the caller's thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -103,11 +108,12 @@ class ResultSink:
         # After a failed write the open segment's tail is unknown: its sidecar must not be written, so
         # the next run rescans (and repairs) the segment instead of trusting an id list.
         self._broken = False
-        # Closing a segment (fsync, close, sidecar) runs on one worker thread when an event loop is
-        # running, so a slow disk never blocks the streams; segments are finished in order.
-        self._closer: ThreadPoolExecutor | None = None
-        self._closing: list[tuple[Future[ClosedSegment], list[bool]]] = []
-        self._close_error: SinkError | None = None
+        # Segments retired by the writer, waiting for `rotate` to make them durable, oldest first. The lock
+        # guards the hand-over between the writer and the thread that rotates, nothing else.
+        self._retired: list[tuple[BinaryIO, ClosedSegment, list[str]]] = []
+        self._lock = threading.Lock()
+        self._rotating = threading.Lock()  # segments are finished in order, one thread at a time
+        self._error: SinkError | None = None
 
     @staticmethod
     def prepare(out_dir: Path) -> None:
@@ -135,20 +141,22 @@ class ResultSink:
 
     def write_result(self, record: ResultRecord) -> None:
         line = orjson.dumps(record) + b"\n"
-        self._raise_close_error()
+        if self._error is not None:
+            raise self._error
         if self._broken:
             raise SinkError("the results sink failed earlier; refusing to write more")
-        try:
-            handle = self._handle or self._open_segment()
-            _write_all(handle, line)
-        except OSError as exc:
-            self._broken = True
-            raise SinkError(f"cannot append to {self._path}: {exc.strerror or exc}") from exc
-        self._ids.append(record["id"])
-        self._bytes += len(line)
-        self._tokens += int(record["usage"].get("completion_tokens", 0))
-        if self._bytes >= self.max_segment_bytes:
-            self.close_segment()
+        with self._lock:
+            try:
+                handle = self._handle or self._open_segment()
+                _write_all(handle, line)
+            except OSError as exc:
+                self._broken = True
+                raise SinkError(f"cannot append to {self._path}: {exc.strerror or exc}") from exc
+            self._ids.append(record["id"])
+            self._bytes += len(line)
+            self._tokens += int(record["usage"].get("completion_tokens", 0))
+            if self._bytes >= self.max_segment_bytes:
+                self._retire()
 
     def write_failure(self, record: FailureRecord) -> None:
         try:
@@ -158,13 +166,8 @@ class ResultSink:
         except OSError as exc:
             raise SinkError(f"cannot append to {self.failures_path}: {exc.strerror or exc}") from exc
 
-    def rotate_if_due(self) -> None:
-        """Close the open segment once it is old enough, so it can be synced (called periodically)."""
-        self._raise_close_error()
-        if self._handle is not None and time.monotonic() - self._opened_at >= self.max_segment_age_s:
-            self.close_segment()
-
-    def close_segment(self) -> None:
+    def _retire(self) -> None:
+        """Take the open segment out of writing (under the lock); the next record opens a new one."""
         handle, path = self._handle, self._path
         if handle is None or path is None:
             return
@@ -174,50 +177,46 @@ class ResultSink:
                 handle.close()
             return
         segment = ClosedSegment(path, path.with_suffix(".ids"), len(self._ids), self._bytes, self._tokens)
-        ids = self._ids
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            _finish_segment(handle, segment, ids)
-            self._announce(segment)
-            return
-        if self._closer is None:
-            self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-close")
-        job = self._closer.submit(_finish_segment, handle, segment, ids)
-        delivered = [False]
-        self._closing.append((job, delivered))
-        job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._deliver, done, delivered))
+        self._retired.append((handle, segment, self._ids))
+        self._ids = []
 
-    def _deliver(self, job: Future[ClosedSegment], delivered: list[bool]) -> None:
-        if delivered[0]:
-            return
-        delivered[0] = True
-        self._closing = [entry for entry in self._closing if entry[0] is not job]
-        error = job.exception()
-        if isinstance(error, SinkError):
-            self._close_error = self._close_error or error
-            return
-        if error is not None:
-            raise error
-        self._announce(job.result())
+    def rotate(self, *, force: bool = False) -> list[ClosedSegment]:
+        """Retire the open segment once it is old enough (or `force`), and make every retired segment durable.
+        Blocking: call it from a worker thread while the event loop writes. Raises SinkError."""
+        with self._rotating:
+            with self._lock:
+                if self._handle is not None and (force or time.monotonic() - self._opened_at >= self.max_segment_age_s):
+                    self._retire()
+                retired, self._retired = self._retired, []
+            closed: list[ClosedSegment] = []
+            for index, (handle, segment, ids) in enumerate(retired):
+                try:
+                    closed.append(_finish_segment(handle, segment, ids))
+                except SinkError as exc:
+                    for other, _, _ in retired[index + 1:]:
+                        with contextlib.suppress(OSError):
+                            other.close()
+                    self._error = self._error or exc
+                    raise
+            return closed
 
-    def _announce(self, segment: ClosedSegment) -> None:
+    def rotate_if_due(self) -> None:
+        """`rotate` and `announce` in one call, for callers without a loop to come back to."""
+        self.announce(self.rotate())
+
+    def announce(self, segments: list[ClosedSegment]) -> None:
         if self.on_segment_closed is not None:
-            self.on_segment_closed(segment)
+            for segment in segments:
+                self.on_segment_closed(segment)
 
-    def _raise_close_error(self) -> None:
-        if self._close_error is not None:
-            raise self._close_error
-
-    def close(self) -> None:
+    def close(self, *, announce: bool = True) -> list[ClosedSegment]:
+        """Close the open segment and the failures file; returns the segments closed. `announce=False`: from a
+        worker thread, leaving `announce` to the event loop."""
         try:
-            self.close_segment()
-            if self._closer is not None:
-                self._closer.shutdown(wait=True)
-                self._closer = None
-            for job, delivered in list(self._closing):
-                self._deliver(job, delivered)
-            self._raise_close_error()
+            closed = self.rotate(force=True)
+            if announce:
+                self.announce(closed)
+            return closed
         finally:
             if self._failures is not None:
                 self._failures.close()

@@ -1,4 +1,5 @@
-"""The command line of `python -m client.run`: options, their help, and the settings built from them."""
+"""The command line of `python -m client.run`: options, their help, and the frozen RunConfig built and checked
+from them."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from client.core.options import (
     seed_number,
 )
 from client.core.payload import SamplingSettings
-from client.fleet.options import add_network_options
+from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
+from client.fleet.startup import parse_endpoints
 from client.fleet.token_ids import TOKEN_IDS_CHOICES
+from client.run.config import RunConfig, S3Config, SimConfig, ViewConfig
+from client.run.retry import DEFAULT_MAX_RETRY_AFTER_S
 
 T = TypeVar("T")
 
@@ -197,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
                          help="start at most RATE requests a second, retries included, for a hosted endpoint "
                               "with an agreed rate (default: no limit)")
+    retries.add_argument("--max-retry-after", type=positive_float, default=DEFAULT_MAX_RETRY_AFTER_S,
+                         metavar="SECONDS",
+                         help="honour a 429's Retry-After up to this long; a longer one is cut to it, so a bogus "
+                              "value cannot park a prompt for hours (default: %(default)s)")
     retries.add_argument("--idle-timeout", type=positive_float, default=300.0, metavar="SECONDS",
                          help="a stream that sends no byte for this long is retried elsewhere (default: %(default)s)")
     retries.add_argument("--circuit-failures", type=positive_int, default=3, metavar="N",
@@ -236,3 +244,36 @@ def settings_from(args: argparse.Namespace) -> SamplingSettings:
         min_p=args.min_p, presence_penalty=args.presence_penalty, seed=args.seed,
         enable_thinking=not args.no_thinking, preserve_thinking=args.preserve_thinking,
     )
+
+
+def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunConfig:
+    """Check the options against each other (misuse exits 2 with the usage line) and freeze them.
+    ConfigError (exit 2) when --endpoints @FILE cannot be read."""
+    if bool(args.endpoints) == bool(args.simulate):
+        parser.error("give exactly one of --endpoints or --simulate N")
+    if not args.s3 and (args.delete_uploaded or args.s3_gzip or args.s3_endpoint_url):
+        parser.error("--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX")
+    if args.preserve_thinking and args.turns != "all":
+        parser.error("--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all")
+    if args.sim_arg and not args.simulate:
+        parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
+    fleet = FleetConfig(
+        urls=tuple(parse_endpoints(args.endpoints)) if args.endpoints else (), model=args.model,
+        api_key=args.api_key, network=network_from(args), max_in_flight=args.max_in_flight, slots=args.slots,
+        wait_ready=args.wait_ready, idle_timeout=args.idle_timeout, circuit_failures=args.circuit_failures,
+        compat=args.compat, token_ids=args.token_ids)
+    s3 = S3Config(s3=args.s3, s3_endpoint_url=args.s3_endpoint_url, sync_interval=args.sync_interval,
+                  sync_wait=args.sync_wait, delete_uploaded=args.delete_uploaded, s3_gzip=args.s3_gzip,
+                  s3_part_mb=args.s3_part_mb) if args.s3 else None
+    simulate = SimConfig(servers=args.simulate, max_running=args.sim_max_running, speed=args.sim_speed,
+                         extra_args=tuple(args.sim_arg or ()), seed=args.seed or 0) if args.simulate else None
+    view = ViewConfig(plain=args.plain, progress_every=args.progress_every, estimate=args.estimate, gpus=args.gpus,
+                      metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                      metrics_linger=args.metrics_linger)
+    return RunConfig(
+        fleet=fleet, sampling=settings_from(args), prompts=tuple(Path(p) for p in args.prompts), out=Path(args.out),
+        view=view, s3=s3, simulate=simulate, turns=args.turns, strict=args.strict, show_problems=args.show_problems,
+        allow_settings_change=args.allow_settings_change, retry_too_long=args.retry_too_long, shard=args.shard,
+        shard_count=args.shard_count, segment_mb=args.segment_mb, segment_age=args.segment_age,
+        max_attempts=args.max_attempts, max_requests_per_second=args.max_requests_per_second,
+        max_retry_after=args.max_retry_after, grace=args.grace)

@@ -48,6 +48,15 @@ def _gpu_hours(snap: StatsSnapshot) -> str | None:
     return f"{snap.gpu_hours_so_far:,.1f}/{projected}"
 
 
+def _waiting(snap: StatsSnapshot) -> str | None:
+    """`waiting 3 (wake in 12s-4m58s)`: requests sleeping before a retry, and when they wake."""
+    if not snap.waiting or snap.waiting_wake_s is None:
+        return None
+    soonest, latest = (format_duration(s) for s in snap.waiting_wake_s)
+    when = soonest if soonest == latest else f"{soonest}-{latest}"
+    return f"waiting {snap.waiting} (wake in {when})"
+
+
 def progress_line(snap: StatsSnapshot) -> str:
     """The plain-text view (stdout not a terminal): the live view's figures on one line."""
     total = "?" if snap.total is None else str(snap.total)
@@ -58,9 +67,11 @@ def progress_line(snap: StatsSnapshot) -> str:
     cache = "" if snap.cache_hit is None else f" cache-hit {_share(snap.cache_hit)}"
     accept = "" if snap.accept_length is None else f" accept-len {snap.accept_length:.2f}"
     sync = f" sync:{snap.sync_lag}" if snap.sync_lag else ""
+    waiting = _waiting(snap)
+    wait = "" if waiting is None else f" {waiting}"
     up = sum(1 for e in snap.endpoints if e.state == "up")
     return (
-        f"done {snap.done}/{total}{share} failed {snap.failed} in-flight {snap.in_flight} "
+        f"done {snap.done}/{total}{share} failed {snap.failed} in-flight {snap.in_flight}{wait} "
         f"tokens {_count(snap.streamed_tokens)} "
         f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}{servers}) "
         f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{cache}{accept} "
@@ -86,7 +97,8 @@ def _head(snap: StatsSnapshot) -> Table:
     head.add_row(
         Text(f"tok/s {_rate(snap.tokens_per_s_short)} now  {_rate(snap.tokens_per_s_long)} 5-min{servers}",
              style="bold cyan"),
-        Text(f"in flight {snap.in_flight:,}"),
+        Text(f"in flight {snap.in_flight:,}" + ("" if _waiting(snap) is None else f"  {_waiting(snap)}"),
+             style="" if _waiting(snap) is None else "yellow"),
         Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"),
         Text("" if snap.cache_hit is None else f"cache hit {_share(snap.cache_hit)}"),
         Text("" if snap.accept_length is None else f"MTP accept length {snap.accept_length:.2f}"),

@@ -2,7 +2,16 @@
 
 Retries follow the error class (client.core.errors): connection errors, 5xx, 429 (honouring Retry-After), a
 dropped, stalled or error-event stream are tried again on any healthy endpoint, preferring another one;
-4xx is permanent. A stop request ends the wait between attempts at once.
+4xx is permanent. A stop request ends the wait between attempts at once. The rule is tenacity's alone: its
+predicate decides a retry, and the retry count is taken where tenacity goes to sleep for one.
+
+A server's Retry-After is honoured up to `max_retry_after_s` (--max-retry-after, DEFAULT_MAX_RETRY_AFTER_S):
+`Retry-After: 100000` from a misconfigured proxy would otherwise park a prompt for 28 hours. Each wait is
+entered in the run's stats (RunStats.begin_wait), so the console shows the waiting requests and when they
+wake.
+
+Under `--token-ids on` a reply without the ids is a failed attempt (MissingTokenIds, retried): the shape
+says which endpoints must give them.
 """
 
 from __future__ import annotations
@@ -15,13 +24,17 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from client.core.errors import AttemptError, RateLimited
-from client.core.payload import FieldPolicy, SamplingSettings, build_payload
+from client.core.errors import AttemptError, MissingTokenIds, RateLimited
+from client.core.payload import RequestShape
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
 from client.run.rate import RequestRate
 from client.wire.endpoint import Endpoint
+
+# Five minutes: longer than any rate-limit window an inference server or gateway announces in practice,
+# short enough that a bogus Retry-After cannot stall a prompt for hours.
+DEFAULT_MAX_RETRY_AFTER_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +43,7 @@ class RetryPolicy:
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
     jitter_s: float = 1.0
+    max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +70,16 @@ class Abandoned(Exception):
     """The run is stopping: this generation is left for the next run."""
 
 
+def _retryable(error: BaseException) -> bool:
+    return isinstance(error, AttemptError) and error.retryable
+
+
 class Generator:
-    def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, settings: SamplingSettings, model: str,
-                 retry: RetryPolicy, stopping: asyncio.Event, policy: FieldPolicy | None = None,
-                 rate: RequestRate | None = None) -> None:
+    def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, shape: RequestShape, retry: RetryPolicy,
+                 stopping: asyncio.Event, rate: RequestRate | None = None) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
-        self.settings = settings
-        self.model = model
-        self.policy = policy or FieldPolicy.everything()
+        self.shape = shape
         # --max-requests-per-second: a hosted endpoint's agreed request rate, retries included.
         self.rate = rate
         self.retry = retry
@@ -76,15 +91,23 @@ class Generator:
         backoff = self._backoff(state)
         error = state.outcome.exception() if state.outcome else None
         if isinstance(error, RateLimited) and error.retry_after is not None:
-            return max(backoff, error.retry_after)
+            return max(backoff, min(error.retry_after, self.retry.max_retry_after_s))
         return float(backoff)
 
+    def _count_retry(self, state: RetryCallState) -> None:
+        """Called by tenacity once it has decided to try again: the one place a retry is counted."""
+        if not self.stopping.is_set():
+            self.stats.retries += 1
+
     async def _sleep(self, seconds: float) -> None:
+        wait = self.stats.begin_wait(seconds)
         try:
             async with asyncio.timeout(seconds):
                 await self.stopping.wait()
         except TimeoutError:
             return
+        finally:
+            self.stats.end_wait(wait)
         raise Abandoned
 
     async def generate(self, prompt: Prompt, messages: list[dict[str, Any]], *,
@@ -97,7 +120,8 @@ class Generator:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retry.max_attempts),
             wait=self._wait,
-            retry=retry_if_exception(lambda exc: isinstance(exc, AttemptError) and exc.retryable),
+            retry=retry_if_exception(_retryable),
+            before_sleep=self._count_retry,
             sleep=self._sleep,
             reraise=True,
         )
@@ -116,25 +140,28 @@ class Generator:
                         raise Abandoned from None
                     queued_s += time.monotonic() - waited_from
                     last = endpoint
-                    completion, ttft = await self._attempt(endpoint, prompt, messages, attempts)
+                    completion, ttft = await self._attempt(endpoint, prompt, messages)
         except AttemptError as exc:
             raise GenerationFailed(exc, attempts, last) from exc
         assert last is not None
         return Generation(completion, last, attempts, queued_s, ttft, time.monotonic() - started)
 
-    async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
-                       attempt: int) -> tuple[Completion, float | None]:
-        payload = build_payload(prompt, messages, self.settings, model=self.model,
-                                id_fields=endpoint.id_fields, policy=self.policy)
+    async def _attempt(self, endpoint: Endpoint, prompt: Prompt,
+                       messages: list[dict[str, Any]]) -> tuple[Completion, float | None]:
+        body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.id_fields))
         try:
-            result = await endpoint.stream_chat(orjson.dumps(payload))
+            try:
+                # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
+                async with self.dispatcher.scope(endpoint):
+                    completion, ttft = await endpoint.stream_chat(body)
+            finally:
+                self.dispatcher.release(endpoint)
+            if endpoint.ids_required and not completion.completion_token_ids:
+                raise MissingTokenIds(f"{endpoint.url} answered without the token ids --token-ids on asked for "
+                                      f"({', '.join(endpoint.id_fields)})")
         except AttemptError as exc:
             self.stats.record_error(endpoint.counters, exc.kind, str(exc))
-            await self.dispatcher.report_failure(endpoint, exc)
-            if exc.retryable and attempt < self.retry.max_attempts and not self.stopping.is_set():
-                self.stats.retries += 1
+            self.dispatcher.report_failure(endpoint, exc)
             raise
-        finally:
-            await self.dispatcher.release(endpoint)
-        await self.dispatcher.report_success(endpoint)
-        return result
+        self.dispatcher.report_success(endpoint)
+        return completion, ttft

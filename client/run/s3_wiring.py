@@ -3,15 +3,14 @@ wait for the last uploads at the end. The uploading itself is client.s3.uploader
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import signal
 from pathlib import Path
 
 from client.core.errors import ConfigError
 from client.local.sink import host_name
 from client.local.source import Shard
+from client.run.config import S3Config
 from client.run.console import say
 from client.s3.manifest import manifest_key, writer_name
 from client.s3.resume import start as start_s3
@@ -19,7 +18,7 @@ from client.s3.store import S3Error, S3Store, S3Url
 from client.s3.uploader import SegmentUploader, SyncReport
 
 
-async def open_s3(args: argparse.Namespace, out: Path, shard: Shard, run_id: str, done_ids: set[str],
+async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids: set[str],
                    stack: contextlib.AsyncExitStack, *, shard_source: str = "") -> SegmentUploader:
     """Check the bucket, add the done ids held in S3, queue what an earlier run left unuploaded, and
     register this run in its manifest: all before any request, so a bad bucket costs nothing."""
@@ -55,21 +54,15 @@ async def open_s3(args: argparse.Namespace, out: Path, shard: Shard, run_id: str
     return uploader
 
 
-async def drain(uploader: SegmentUploader, args: argparse.Namespace, out: Path, state: str) -> SyncReport:
-    """Bounded wait for the last uploads; Ctrl-C skips it (what is left goes up with the next run)."""
+async def drain(uploader: SegmentUploader, args: S3Config, out: Path, state: str, *,
+                skip: asyncio.Event) -> SyncReport:
+    """Bounded wait for the last uploads; `skip` (set by Ctrl-C, client.run.stop) ends it: what is left goes
+    up with the next run."""
     pending = uploader.report()
     if pending.pending:
         say(f"s3: uploading {pending.pending} pending segment(s) ({pending.pending_bytes / 1e6:.1f} MB), "
              f"up to {args.sync_wait:.0f}s (Ctrl-C to leave them for the next run)")
-    skip = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, skip.set)
-    try:
-        report = await uploader.drain(args.sync_wait, state=state, skip=skip)
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+    report = await uploader.drain(args.sync_wait, state=state, skip=skip)
     for line in report.unreadable:
         say(f"s3: could not read {line}; it was not uploaded")
     if report.pending:

@@ -45,7 +45,7 @@ def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
 async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSettings, *, model: str, compat: str,
                         prompt_paths: Sequence[Path],
                         before_preflight: Callable[[FieldPolicy], Awaitable[None]] | None = None,
-                        token_ids: str = "auto") -> FieldPolicy:
+                        token_ids: str = "auto", note: Callable[[str], None] = say) -> FieldPolicy:
     """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight. Raises ConfigError (exit 2) on a
     refusal, before any prompt is sent. `before_preflight` sees the settled policy before any request is
     sent (the run's settings check)."""
@@ -60,8 +60,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSetting
     check_settings_fit(settings, policy)
     census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
     extensions = ", ".join(sorted(policy.extensions)) or "none"
-    say(f"servers: {census or 'none answering yet'}; --compat {compat}: extension fields sent: {extensions}")
-    say(describe(token_ids, list(endpoints)))
+    note(f"servers: {census or 'none answering yet'}; --compat {compat}: extension fields sent: {extensions}")
+    note(describe(token_ids, list(endpoints)))
     if before_preflight is not None:
         await before_preflight(policy)
     tools = await asyncio.to_thread(first_tools, list(prompt_paths))
@@ -69,10 +69,10 @@ async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSetting
                    meta=None, source="preflight", line=0)
 
     def build(endpoint: Endpoint) -> dict[str, Any]:
-        return build_payload(probe, probe.messages, settings, model=model, id_fields=endpoint.id_fields,
-                             policy=policy)
+        return build_payload(probe, probe.messages, settings, model=model, policy=policy,
+                             id_fields=endpoint.id_fields)
 
     results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
     passed = sum(result.ok for result in results)
-    say(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
+    note(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
     return policy

@@ -1,8 +1,14 @@
 """TaskGroup orchestration of one run: read prompts, hand them to workers, write what comes back, stop.
 
-One TaskGroup owns every task: a producer (reads prompts in a thread, in batches, into a bounded queue),
-a fixed pool of workers (one per request the run may have in flight, never one per prompt), one watcher
-per endpoint, the segment rotator, a stop supervisor, and any companion loops (console, S3 uploader).
+One TaskGroup owns every task: a producer (reads prompts in a thread, in batches, into a bounded,
+closable channel), a pool of workers (never one per prompt), one watcher per endpoint, the segment
+rotator, a stop supervisor, and any companion loops (console, S3 uploader).
+
+The pool is sized by what the fleet can take: the sum of every endpoint's target depth (its decode slots
+plus the balancer's small queue, within --max-in-flight), not by the hard cap. It grows when the
+dispatcher learns that an endpoint holds more, so no crowd of workers waits parked for slots that do not
+exist. The producer closes the channel at the end of the prompts; a worker ends when the channel is
+closed and empty.
 
 `--turns last` (default) generates one turn per prompt. `--turns all` regenerates every assistant turn
 of a conversation in order, on the model's own history (client.run.conversation), one worker per
@@ -18,33 +24,44 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from client.core.errors import InputError, RegenError, SinkError, TooLong
-from client.core.payload import FieldPolicy, SamplingSettings, request_messages
+from client.core.payload import request_messages
 from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
-from client.fleet.dispatcher import Dispatcher
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
+from client.run.config import Turns
 from client.run.conversation import Conversation, event_id
+from client.run.fleet_session import Fleet
 from client.run.rate import RequestRate
 from client.run.result_rows import failure_record, result_record
 from client.run.retry import Abandoned, Generation, GenerationFailed, Generator, RetryPolicy
 from client.run.turns import TurnLedger
-from client.wire.endpoint import Endpoint
 
-__all__ = ["RetryPolicy", "Swarm", "SwarmOutcome"]
+__all__ = ["RetryPolicy", "Swarm", "SwarmOutcome", "SwarmSettings"]
 
-Turns = Literal["last", "all"]
+_BATCH = 256  # prompts read per trip to the reading thread
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmSettings:
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    grace_s: float = 30.0
+    rotate_check_s: float = 5.0
+    turns: Turns = "last"
+    rate: RequestRate | None = None  # --max-requests-per-second
 
 
 @dataclass
 class SwarmOutcome:
     interrupted: bool = False
     fatal: RegenError | None = None
-    abandoned: int = 0
     conversations_finished: int = 0
     diverged: int = 0
 
@@ -54,46 +71,33 @@ def _take(iterator: Iterator[Prompt], count: int) -> list[Prompt]:
 
 
 class Swarm:
-    def __init__(
-        self,
-        *,
-        endpoints: list[Endpoint],
-        source: PromptSource,
-        sink: ResultSink,
-        stats: RunStats,
-        settings: SamplingSettings,
-        model: str,
-        retry: RetryPolicy | None = None,
-        grace_s: float = 30.0,
-        rotate_check_s: float = 5.0,
-        dispatcher: Dispatcher | None = None,
-        turns: Turns = "last",
-        ledger: TurnLedger | None = None,
-        policy: FieldPolicy | None = None,
-        rate: RequestRate | None = None,
-    ) -> None:
-        self.endpoints = endpoints
+    def __init__(self, fleet: Fleet, source: PromptSource, sink: ResultSink, stats: RunStats,
+                 settings: SwarmSettings | None = None, *, ledger: TurnLedger | None = None) -> None:
+        self.fleet = fleet
+        self.dispatcher = fleet.dispatcher
         self.source = source
         self.sink = sink
         self.stats = stats
-        self.settings = settings
-        self.model = model
-        self.grace_s = grace_s
-        self.rotate_check_s = rotate_check_s
-        self.dispatcher = dispatcher or Dispatcher(endpoints)
-        self.turns = turns
+        self.settings = settings or SwarmSettings()
         self.ledger = ledger or TurnLedger()
         self.outcome = SwarmOutcome()
-        self.concurrency = sum(e.max_in_flight for e in endpoints)
-        self._queue: asyncio.Queue[Prompt | None] = asyncio.Queue(maxsize=max(8, self.concurrency))
+        self._send: MemoryObjectSendStream[Prompt]
+        self._receive: MemoryObjectReceiveStream[Prompt]
+        self._send, self._receive = anyio.create_memory_object_stream[Prompt](max(8, self.dispatcher.worker_target()))
         self._stopping = asyncio.Event()
         self._immediate = False
-        self._workers: list[asyncio.Task[None]] = []
+        self._started = 0
+        self._workers: set[asyncio.Task[None]] = set()
+        self._workers_done = asyncio.Event()
+        self._group: asyncio.TaskGroup | None = None
         self._producer: asyncio.Task[None] | None = None
-        self._recorded = settings.recorded(policy)
-        self.generator = Generator(dispatcher=self.dispatcher, stats=stats, settings=settings, model=model,
-                                   retry=retry or RetryPolicy(), stopping=self._stopping, policy=policy,
-                                   rate=rate)
+        self.generator = Generator(dispatcher=self.dispatcher, stats=stats, shape=fleet.shape,
+                                   retry=self.settings.retry, stopping=self._stopping, rate=self.settings.rate)
+
+    @property
+    def workers(self) -> int:
+        """Workers started so far (the pool only grows)."""
+        return self._started
 
     # -- control ---------------------------------------------------------------------------------------
 
@@ -104,16 +108,10 @@ class Swarm:
             self._stopping.set()
             if self._producer is not None:
                 self._producer.cancel()
-            self._release_idle_workers()
+            self._send.close()
         if immediate:
             self._immediate = True
             self._cancel_workers()
-
-    def _release_idle_workers(self) -> None:
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        for _ in self._workers:
-            self._queue.put_nowait(None)
 
     def _cancel_workers(self) -> None:
         for task in self._workers:
@@ -126,11 +124,11 @@ class Swarm:
 
     async def _supervise_stop(self) -> None:
         await self._stopping.wait()
-        await self.dispatcher.close()
+        self.dispatcher.close()
         if not self._immediate:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.grace_s):
-                    await asyncio.wait(self._workers)
+                async with asyncio.timeout(self.settings.grace_s):
+                    await self._workers_done.wait()
         self._cancel_workers()
 
     # -- the run ---------------------------------------------------------------------------------------
@@ -138,58 +136,78 @@ class Swarm:
     async def run(self, companions: list[Callable[[], Coroutine[Any, Any, None]]] | None = None) -> SwarmOutcome:
         await self.dispatcher.prime()
         async with asyncio.TaskGroup() as group:
-            side = [group.create_task(self.dispatcher.watch(e)) for e in self.endpoints]
+            self._group = group
+            side = [group.create_task(self.dispatcher.watch(e)) for e in self.fleet.endpoints]
             side.append(group.create_task(self._rotate()))
             side.extend(group.create_task(make()) for make in companions or [])
-            self._workers = [group.create_task(self._work()) for _ in range(self.concurrency)]
+            self._grow()
+            side.append(group.create_task(self._grow_with_capacity()))
             side.append(group.create_task(self._supervise_stop()))
             self._producer = group.create_task(self._produce())
-            await asyncio.wait(self._workers)
+            await self._workers_done.wait()
             self._producer.cancel()
-            await self.dispatcher.close()
+            self.dispatcher.close()
             for task in side:
                 task.cancel()
+        self._receive.close()
         return self.outcome
+
+    def _grow(self) -> None:
+        """Start workers up to what the fleet can take now."""
+        assert self._group is not None
+        while self._started < self.dispatcher.worker_target() and not self._workers_done.is_set():
+            self._started += 1
+            task = self._group.create_task(self._work())
+            self._workers.add(task)
+            task.add_done_callback(self._worker_ended)
+
+    def _worker_ended(self, task: asyncio.Task[None]) -> None:
+        self._workers.discard(task)
+        if not self._workers:
+            self._workers_done.set()
+
+    async def _grow_with_capacity(self) -> None:
+        while True:
+            await self.dispatcher.capacity_grew()
+            self._grow()
 
     async def _produce(self) -> None:
         prompts = iter(self.source)
         try:
-            while not self._stopping.is_set():
-                batch = await asyncio.to_thread(_take, prompts, 256)
-                if not batch:
-                    break
-                for prompt in batch:
-                    await self._queue.put(prompt)
+            with self._send:
+                while not self._stopping.is_set():
+                    batch = await asyncio.to_thread(_take, prompts, _BATCH)
+                    if not batch:
+                        break
+                    for prompt in batch:
+                        await self._send.send(prompt)
         except InputError as exc:
             # --strict: the requests already in flight still get their grace period and are kept.
             self._fail(exc, immediate=False)
-            return
-        for _ in self._workers:
-            await self._queue.put(None)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # a stop closed the channel, or every worker has ended: nothing left to hand out
 
     async def _rotate(self) -> None:
         while True:
-            await asyncio.sleep(self.rotate_check_s)
+            await asyncio.sleep(self.settings.rotate_check_s)
             try:
-                self.sink.rotate_if_due()
+                closed = await asyncio.to_thread(self.sink.rotate)
             except SinkError as exc:
                 self._fail(exc)
                 return
+            self.sink.announce(closed)
 
     async def _work(self) -> None:
-        while True:
-            prompt = await self._queue.get()
-            if prompt is None:
-                return
+        async for prompt in self._receive:
             if self._stopping.is_set():
-                continue
+                continue  # what is left in the channel is for the next run
             try:
-                if self.turns == "all":
+                if self.settings.turns == "all":
                     await self._conversation(prompt)
                 else:
                     await self._single(prompt)
             except Abandoned:
-                self.outcome.abandoned += 1
+                pass
             except SinkError as exc:
                 self._fail(exc)
                 return
@@ -203,11 +221,12 @@ class Swarm:
         except GenerationFailed as failed:
             self._write_failure(prompt.id, failed)
             return
-        self._write(result_record(prompt.id, prompt, messages, generation, sampling=self._recorded,
-                                  model=self.model), generation)
+        self._write(result_record(prompt.id, prompt, messages, generation, sampling=self.fleet.shape.sampling,
+                                  model=self.fleet.model), generation)
 
     async def _conversation(self, prompt: Prompt) -> None:
-        conversation = Conversation(prompt.id, prompt.messages, preserve_thinking=self.settings.preserve_thinking)
+        preserve = self.fleet.shape.settings.preserve_thinking
+        conversation = Conversation(prompt.id, prompt.messages, preserve_thinking=preserve)
         if self.ledger.is_finished(prompt.id):
             return
         earlier = self.ledger.latest.get(prompt.id)
@@ -225,7 +244,7 @@ class Swarm:
                 return
             diverged = conversation.advance(messages, generation.completion)
             record = result_record(event_id(prompt.id, turn, last=conversation.finished), prompt, messages,
-                                   generation, sampling=self._recorded, model=self.model,
+                                   generation, sampling=self.fleet.shape.sampling, model=self.fleet.model,
                                    conversation=(prompt.id, turn), diverged=diverged)
             self._write(record, generation)
             prefer = generation.endpoint.index

@@ -1,5 +1,5 @@
 """One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path),
-model list, health and load documents (over httpx), and the aborting of its streams when it goes down.
+model list, health and load documents (over httpx).
 
 Both kinds of request share one `Route` (TLS context and proxy decision, client.wire.connect) and one
 path rule (client.wire.urls: `root + /v1/...`, `root + /health`); `url` is the base URL without credentials.
@@ -7,9 +7,7 @@ path rule (client.wire.urls: `root + /v1/...`, `root + /health`); `url` is the b
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import httpx
@@ -18,8 +16,6 @@ import orjson
 from client.core.errors import (
     AttemptError,
     ConfigError,
-    MissingTokenIds,
-    StreamDropped,
     error_for_status,
     map_httpx_error,
     map_json_error,
@@ -74,8 +70,6 @@ class Endpoint:
         # (trust_env=False: the environment was read once, by route_for).
         self._stream = StreamingTransport(self.server, headers={**headers, "accept": "text/event-stream"},
                                           connect_timeout=connect_timeout, route=self.route)
-        self._streams: set[asyncio.Task[Any]] = set()
-        self._aborted: dict[asyncio.Task[Any], str] = {}
         self._client = httpx.AsyncClient(
             base_url=self.server.origin + self.server.root,
             headers=headers,
@@ -138,36 +132,12 @@ class Endpoint:
         entries = [entry for entry in data or [] if isinstance(entry, dict) and "id" in entry]
         return [str(entry["id"]) for entry in entries]
 
-    def abort_streams(self, reason: str) -> None:
-        """End every stream in flight here; each attempt then fails with StreamDropped and is retried."""
-        for task in self._streams:
-            if task not in self._aborted:
-                self._aborted[task] = reason
-                task.cancel()
-
     async def stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
         """POST one streaming chat completion; returns it whole with its time to first token.
 
         Raises an AttemptError subclass for every failure, so the retry policy sees one error tree.
         """
-        return await self._abortable(self._stream_chat(body))
-
-    async def _abortable(self, work: Coroutine[Any, Any, T]) -> T:
-        """Run one request so that `abort_streams` can end it as a retryable StreamDropped."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._streams.add(task)
-        try:
-            return await work
-        except asyncio.CancelledError:
-            reason = self._aborted.pop(task, None)
-            # Only our own abort becomes a retryable error; a shutdown's cancel still propagates.
-            if reason is None or task.uncancel() > 0:
-                raise
-            raise StreamDropped(reason) from None
-        finally:
-            self._streams.discard(task)
-            self._aborted.pop(task, None)
+        return await self._stream_chat(body)
 
     async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
         parser = StreamParser()
@@ -199,9 +169,6 @@ class Endpoint:
                 if response.status != 200:
                     raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
                 completion = parser.completion(ended_cleanly=True)
-            if self.ids_required and not completion.completion_token_ids:
-                raise MissingTokenIds(f"{self.url} answered without the token ids --token-ids on asked for "
-                                      f"({', '.join(self.id_fields)})")
             return completion, _first(first_output)
         finally:
             counters.chunks += parser.events

@@ -63,6 +63,8 @@ MODES: dict[str, str] = {
     "drop_mid": "the connection is aborted after the first content chunk (no chunked terminator)",
     "echo_auth": "every 401 (a wrong --api-key) and every chat request (a 500) quotes the request's "
                  "Authorization header in its body, as some proxies and debug builds do",
+    "retry_after_once": "the first chat request for more than one token (so not the client's preflight) answers "
+                        "429 with Retry-After: --retry-after (default 100000 s); later ones answer normally",
     "ids_once": "SGLang's sglext ids chunk (on return_output_ids_in_sglext) in the first stream only: a server "
                 "that gives ids at the preflight and none afterwards",
 }
@@ -106,11 +108,12 @@ class Reply:
             h.append(("Connection", "close"))
         return h
 
-    async def fixed(self, status: int, content_type: str, body: bytes) -> bool:
+    async def fixed(self, status: int, content_type: str, body: bytes,
+                    extra: list[tuple[str, str]] | None = None) -> bool:
         """A whole body at once; True when the connection stays open."""
         if self.gzip:
             body = gzip.compress(body, mtime=0)
-        h = self._headers(content_type, [])
+        h = self._headers(content_type, extra or [])
         if self.http10:
             await send(self.writer, response_head(status, h, "HTTP/1.0") + body)
             return False
@@ -198,6 +201,8 @@ class OddServer:
         self.running = 0
         self.generated = 0
         self.ids_given = False
+        self.retry_after = args.retry_after
+        self.limited_once = False
 
     def has(self, mode: str) -> bool:
         return mode in self.modes
@@ -269,6 +274,11 @@ class OddServer:
             return await reply.json(500, {"object": "error", "type": "InternalServerError", "code": 500,
                                           "message": f"upstream failed{self._echo(req)}"})
         body = req.json()
+        if self.has("retry_after_once") and not self.limited_once and isinstance(body, dict) \
+                and body.get("max_tokens") != 1:
+            self.limited_once = True
+            return await reply.fixed(429, "application/json", b'{"error": {"message": "rate limited"}}',
+                                     [("Retry-After", self.retry_after)])
         strict = 400 if self.has("strict400") else 422 if self.has("strict422") else None
         refusal = chatwire.strict_refusal(strict, body) if strict else None
         if strict and refusal is not None:
@@ -329,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--health-delay", type=float, default=2.0, help="seconds, for health_slow")
     parser.add_argument("--health-status", type=int, default=200, help="what /health answers when it answers")
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
+    parser.add_argument("--retry-after", default="100000", help="the Retry-After value of retry_after_once")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (not on /health)")
     add_serve_args(parser)
     return parser

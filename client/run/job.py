@@ -1,0 +1,245 @@
+"""One `client.run`, in three steps: `prepare` (everything that can refuse, before any prompt is sent),
+`run` (the swarm with its companions: console, metrics, S3 uploader) and `finish` (close, upload,
+summarise), which returns the exit code. The command line and the mapping of errors to exit codes are
+client.run.main's; the signal policy is client.run.stop's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from client.core.errors import ConfigError, InputError
+from client.core.payload import RequestShape
+from client.core.stats import RunStats, StatsSnapshot
+from client.local.estimate_file import expected_tokens_per_prompt
+from client.local.failures import read_too_long_ids
+from client.local.ledger import read_done_ids
+from client.local.prompt_files import resolve_prompt_files
+from client.local.run_settings import shaping_settings
+from client.local.sink import ResultSink, new_run_id
+from client.local.source import PromptSource, Shard, count_remaining
+from client.results.reader import iter_records
+from client.run.config import RunConfig
+from client.run.console import say, show_progress
+from client.run.exit_codes import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SYNC_PENDING
+from client.run.fleet_session import Fleet, open_fleet
+from client.run.metrics import MetricsServer
+from client.run.rate import RequestRate
+from client.run.s3_wiring import drain, open_s3
+from client.run.settings_gate import SettingsGate
+from client.run.shard_auto import resolve_shard
+from client.run.stop import StopController
+from client.run.summary import print_summary
+from client.run.swarm import RetryPolicy, Swarm, SwarmOutcome, SwarmSettings
+from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger
+from client.s3.uploader import SegmentUploader, SyncReport
+
+Companion = Callable[[], Coroutine[Any, Any, None]]
+
+
+class Run:
+    def __init__(self, cfg: RunConfig, stop: StopController) -> None:
+        self.cfg = cfg
+        self.stop = stop
+        self.run_id = new_run_id()
+        self.stats = RunStats(gpus=cfg.view.gpus, expected_tokens_per_prompt=(
+            expected_tokens_per_prompt(cfg.view.estimate) if cfg.view.estimate else None))
+        self.uploader: SegmentUploader | None = None
+        self.metrics: MetricsServer | None = None
+        self.swarm: Swarm | None = None
+        self.source: PromptSource | None = None
+        self.sink: ResultSink | None = None
+        self._companions: list[Companion] = []
+
+    # -- prepare ---------------------------------------------------------------------------------------
+
+    async def prepare(self, stack: contextlib.AsyncExitStack) -> int | None:
+        """Everything that can refuse, in order, before any prompt is sent; an exit code to end early."""
+        cfg = self.cfg
+        ResultSink.prepare(cfg.out)
+        prompt_files = resolve_prompt_files(list(cfg.prompts), note=say)
+        if prompt_files.all_empty:
+            nothing = "the prompt file(s) hold no record at all (" + ", ".join(map(str, prompt_files.empty)) + " empty)"
+            if cfg.strict:
+                raise InputError(f"{nothing}; stopping because of --strict")
+            say(f"warning: nothing to do: {nothing}")
+            return EXIT_OK
+        for path in prompt_files.empty:
+            say(f"warning: --prompts {path} is empty")
+        paths = prompt_files.paths
+        shard, shard_source = resolve_shard(cfg.shard, cfg.shard_count, os.environ, note=say)
+        done_ids, scan = read_done_ids(cfg.out / "segments")
+        if scan.segments:
+            repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
+            corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
+            say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}")
+        if cfg.s3 is not None:
+            self.uploader = await open_s3(cfg.s3, cfg.out, shard or Shard(0, 1), self.run_id, done_ids, stack,
+                                          shard_source=shard_source)
+        ledger = await self._turn_ledger(done_ids) if cfg.turns == "all" else None
+        # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
+        skip_ids = ledger.finished if ledger is not None else done_ids
+        too_long_ids = set() if cfg.retry_too_long or ledger is not None else read_too_long_ids(cfg.out) - done_ids
+        if too_long_ids:
+            say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
+                "(too_long in the failures file); pass --retry-too-long to send them again")
+        self._start_metrics(stack)
+
+        gate = SettingsGate(cfg.out, run_id=self.run_id, allow_change=cfg.allow_settings_change,
+                            store=self.uploader.store if self.uploader is not None else None,
+                            existing_records=len(done_ids))
+
+        async def check_shape(shape: RequestShape) -> None:
+            await gate.check(shaping_settings(model=shape.model, sampling=shape.sampling,
+                                              thinking=shape.settings.enable_thinking, turns=cfg.turns,
+                                              fields=shape.policy.extensions))
+
+        fleet = await stack.enter_async_context(
+            open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape))
+        self.stats.endpoints = [e.counters for e in fleet.endpoints]
+        await gate.record(paths)
+        thinking = "on" if cfg.sampling.enable_thinking else "off"
+        say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking {thinking}, "
+            f"max_tokens {cfg.sampling.max_tokens}, turns {cfg.turns}")
+
+        self.source = PromptSource(paths, skip_ids, strict=cfg.strict, shard=shard, on_problem=self._problem_shower(),
+                                   too_long_ids=too_long_ids)
+        uploader = self.uploader
+        self.sink = ResultSink(cfg.out, run_id=self.run_id, shard_label=(shard or Shard(0, 1)).label,
+                               max_segment_bytes=int(cfg.segment_mb * (1 << 20)), max_segment_age_s=cfg.segment_age_s,
+                               on_segment_closed=uploader.segment_closed if uploader else None)
+        self.swarm = self._swarm(fleet, ledger)
+
+        async def count_total() -> None:
+            if ledger is not None:
+                self.stats.total = await asyncio.to_thread(count_remaining_events, paths, ledger, shard)
+            else:
+                self.stats.total = await asyncio.to_thread(count_remaining, paths, done_ids | too_long_ids, shard)
+
+        self._companions.append(count_total)
+        return None
+
+    def _swarm(self, fleet: Fleet, ledger: TurnLedger | None) -> Swarm:
+        cfg = self.cfg
+        assert self.source is not None and self.sink is not None
+        settings = SwarmSettings(
+            retry=RetryPolicy(max_attempts=cfg.max_attempts, max_retry_after_s=cfg.max_retry_after),
+            grace_s=cfg.grace, rotate_check_s=min(5.0, max(0.2, cfg.segment_age_s / 5)), turns=cfg.turns,
+            rate=RequestRate(cfg.max_requests_per_second) if cfg.max_requests_per_second else None)
+        swarm = Swarm(fleet, self.source, self.sink, self.stats, settings, ledger=ledger)
+        if self.uploader is not None:
+            self.uploader.failed_count = lambda: self.stats.failed
+            self.uploader.on_fatal = lambda error: swarm.request_stop()
+        return swarm
+
+    def _problem_shower(self) -> Callable[[object], None]:
+        shown = 0
+
+        def on_problem(problem: object) -> None:
+            nonlocal shown
+            shown += 1
+            if shown <= self.cfg.show_problems:
+                say(f"skipped invalid record: {problem}")
+
+        return on_problem
+
+    def _start_metrics(self, stack: contextlib.AsyncExitStack) -> None:
+        view = self.cfg.view
+        if view.metrics_port is None:
+            return
+        self.metrics = MetricsServer(view.metrics_host, view.metrics_port)
+        stack.callback(self.metrics.close)
+        self.metrics.show(self.stats.snapshot())  # zeros from the first scrape, not an empty page
+        say(f"metrics: {self.metrics.url}")
+
+    async def _turn_ledger(self, done_ids: set[str]) -> TurnLedger:
+        """Which conversations are over, and the last written turn of those a crash cut off (local segments
+        first; on a fresh host, the S3 prefix)."""
+        s3 = self.cfg.s3
+        ledger = await asyncio.to_thread(load_turn_ledger, done_ids, self.cfg.out / "segments")
+        if ledger.missing and s3 is not None:
+            say(f"conversations: reading the last turn of {len(ledger.missing)} unfinished conversation(s) from S3")
+            records = iter_records(s3.s3, s3_endpoint_url=s3.s3_endpoint_url)
+            await asyncio.to_thread(add_records, ledger, (record for _, record in records))
+        if ledger.missing:
+            sample = ", ".join(list(ledger.missing.values())[:3])
+            raise ConfigError(f"{len(ledger.missing)} unfinished conversation(s) have written turns that cannot be "
+                              f"read back (e.g. {sample}); pass the --s3 prefix that holds them, or move those "
+                              "segments back under --out")
+        if ledger.finished or ledger.latest:
+            say(f"conversations: {len(ledger.finished):,} finished, {len(ledger.latest):,} to continue at their "
+                "next turn")
+        return ledger
+
+    # -- run -------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> StatsSnapshot:
+        if self.uploader is not None:
+            self.stats.sync_lag_s = self.uploader.lag_seconds()
+        return self.stats.snapshot()
+
+    async def run(self) -> tuple[SwarmOutcome, SyncReport | None]:
+        swarm, sink = self.swarm, self.sink
+        assert swarm is not None and sink is not None
+        view = self.cfg.view
+
+        async def progress() -> None:
+            await show_progress(self.snapshot, live=False if view.plain else None, plain_every_s=view.progress_every)
+
+        companions = [*self._companions, progress]
+        if self.metrics is not None:
+            metrics = self.metrics
+            companions.append(lambda: metrics.publish(self.snapshot))
+        if self.uploader is not None:
+            companions.append(self.uploader.run)
+
+        def announce() -> None:
+            say(f"\nstopping: no new requests; waiting up to {self.cfg.grace:.0f}s for those in flight "
+                "(press Ctrl-C again to stop now)")
+
+        self.stop.graceful(lambda immediate: swarm.request_stop(immediate=immediate), announce)
+        sync: SyncReport | None = None
+        try:
+            outcome = await swarm.run(companions)
+        finally:
+            self.stop.cancel_on_signal()
+            try:
+                sink.announce(await asyncio.to_thread(sink.close, announce=False))
+            finally:
+                if self.uploader is not None and self.cfg.s3 is not None:
+                    ended = not swarm.outcome.interrupted and swarm.outcome.fatal is None
+                    sync = await drain(self.uploader, self.cfg.s3, self.cfg.out, "finished" if ended else "stopped",
+                                       skip=self.stop.skip_on_signal())
+        return outcome, sync
+
+    # -- finish ----------------------------------------------------------------------------------------
+
+    async def finish(self, outcome: SwarmOutcome, sync: SyncReport | None) -> int:
+        source, sink = self.source, self.sink
+        assert source is not None and sink is not None
+        final = self.stats.snapshot()
+        print_summary(source.counts, final, outcome, sink.failures_path, turns=self.cfg.turns)
+        linger = self.cfg.view.metrics_linger
+        if self.metrics is not None:
+            if linger > 0:
+                say(f"metrics: serving the final figures until a scrape reads them (at most {linger:.0f}s)")
+            await self.metrics.finish(final, linger)
+        if outcome.fatal is not None:
+            raise outcome.fatal
+        no_valid = None if outcome.interrupted else source.counts.no_valid_record()
+        if no_valid is not None:
+            if self.cfg.strict:
+                raise InputError(f"{no_valid}; stopping because of --strict")
+            say(f"warning: nothing was generated: {no_valid}")
+        if self.uploader is not None and self.uploader.fatal is not None:
+            raise self.uploader.fatal
+        if outcome.interrupted:
+            say("interrupted: run the same command again to continue where this one stopped")
+            return EXIT_INTERRUPTED
+        if sync is not None and sync.pending:
+            return EXIT_SYNC_PENDING
+        return EXIT_FAILURES if self.stats.failed > self.stats.too_long else EXIT_OK
