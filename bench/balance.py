@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.report import emit
 from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
-from client.core.stats import EndpointCounters, RunStats
+from client.core.stats import RunStats
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.startup import check_reachable
 from client.local.ledger import read_done_ids
@@ -50,7 +50,7 @@ class RoundRobin(Dispatcher):
 
     async def acquire(self, avoid: int | None = None, prefer: int | None = None) -> Endpoint:
         endpoint = self.endpoints[next(self._turn)]
-        endpoint.counters.in_flight += 1
+        self._tracked[endpoint.index].in_flight += 1
         return endpoint
 
 
@@ -65,13 +65,14 @@ class Outcome:
 
 async def run_policy(policy: str, urls: list[str], prompts: Path, out: Path, max_tokens: int) -> Outcome:
     ResultSink.prepare(out)
-    counters = [EndpointCounters(url=u, index=i) for i, u in enumerate(urls)]
-    endpoints = [Endpoint(u, c, max_in_flight=250, idle_timeout=600) for u, c in zip(urls, counters, strict=True)]
+    endpoints = [Endpoint(u, index=i, max_in_flight=250, idle_timeout=600) for i, u in enumerate(urls)]
+    stats = RunStats()
+    stats.track(len(endpoints))
     try:
-        await check_reachable(endpoints, 10.0)
+        found = await check_reachable(endpoints, 10.0)
         dispatcher = RoundRobin(endpoints) if policy == "round-robin" else Dispatcher(endpoints, DispatchSettings())
-        stats = RunStats()
-        stats.endpoints = counters
+        for endpoint, readiness in zip(endpoints, found, strict=True):
+            dispatcher.starting(endpoint, readiness.ready, readiness.reason)
         done, _ = read_done_ids(out / "segments")
         sink = ResultSink(out, run_id=policy)
         shape = RequestShape(MODEL, SamplingSettings(max_tokens=max_tokens), FieldPolicy.everything())
@@ -85,7 +86,7 @@ async def run_policy(policy: str, urls: list[str], prompts: Path, out: Path, max
             await e.aclose()
     records = read_results(out)
     tokens = [r["usage"]["completion_tokens"] for r in records]
-    return Outcome(policy, makespan, sum(tokens), max(tokens), [c.done for c in counters])
+    return Outcome(policy, makespan, sum(tokens), max(tokens), [e.done for e in stats.endpoints])
 
 
 def ideal_seconds(tokens: int, longest: int, slots: list[int], speed: float, per_chunk: int) -> float:

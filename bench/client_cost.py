@@ -33,7 +33,6 @@ from bench.report import emit
 from client.core.loop import event_loop_factory
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
-from client.core.stats import EndpointCounters
 from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimFleet, SimServerSpec
 
@@ -125,7 +124,7 @@ async def run_ours(urls: list[str], streams: int, requests: int, max_tokens: int
                    live_usage: bool = True) -> Measurement:
     """`live_usage`: ask for stream_options.continuous_usage_stats (running usage on every chunk), as the
     run does on SGLang and vLLM."""
-    endpoints = [Endpoint(u, EndpointCounters(url=u, index=i), max_in_flight=streams) for i, u in enumerate(urls)]
+    endpoints = [Endpoint(u, index=i, max_in_flight=streams) for i, u in enumerate(urls)]
     settings = SamplingSettings(max_tokens=max_tokens)
     everything = FieldPolicy.everything()
     policy = everything if live_usage else FieldPolicy(everything.extensions - {"continuous_usage_stats"})
@@ -139,8 +138,8 @@ async def run_ours(urls: list[str], streams: int, requests: int, max_tokens: int
     try:
         usage = "running usage per chunk" if live_usage else "usage at the end only"
         measured = await measure(f"regen-swarm (Protocol transport, orjson SSE; {usage})", streams, requests, one)
-        measured.chunks = sum(e.counters.chunks for e in endpoints)
-        reads = sum(e.counters.reads for e in endpoints)
+        measured.chunks = sum(e.wire.chunks for e in endpoints)
+        reads = sum(e.wire.reads for e in endpoints)
         print(f"ours: {measured.chunks / max(1, reads):.2f} SSE events per transport read", file=sys.stderr)
         return measured
     finally:

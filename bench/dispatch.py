@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 from bench.report import emit
-from client.core.stats import EndpointCounters
-from client.fleet.dispatcher import UP, Dispatcher, DispatchSettings
+from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.wire.endpoint import Endpoint
 
 ENDPOINTS, SLOTS = 9, 32
@@ -26,18 +25,17 @@ ENDPOINTS, SLOTS = 9, 32
 class WakeAll(Dispatcher):
     """The baseline: every release wakes every waiting worker."""
 
-    async def release(self, endpoint: Endpoint) -> None:
-        endpoint.counters.in_flight -= 1
+    def release(self, endpoint: Endpoint) -> None:
+        self._tracked[endpoint.index].in_flight -= 1
         self._tracked[endpoint.index].finished_since_poll += 1
         self._wake(len(self._waiters))
 
 
 async def measure(kind: type[Dispatcher], workers: int, requests: int) -> float:
-    endpoints = [Endpoint(f"http://127.0.0.1:{9000 + i}", EndpointCounters(url=f"e{i}", index=i),
-                          max_in_flight=SLOTS) for i in range(ENDPOINTS)]
-    for endpoint in endpoints:
-        endpoint.counters.state = UP
+    endpoints = [Endpoint(f"http://127.0.0.1:{9000 + i}", index=i, max_in_flight=SLOTS) for i in range(ENDPOINTS)]
     dispatcher = kind(endpoints, DispatchSettings(default_capacity=SLOTS, headroom=0.0))
+    for endpoint in endpoints:
+        dispatcher.starting(endpoint, ready=True)
     remaining = requests
 
     async def worker() -> None:

@@ -36,7 +36,6 @@ from typing import Any
 import httpx
 import pytest
 
-from client.core.stats import EndpointCounters
 from client.fleet.balancer import target_depth
 from client.fleet.dispatcher import DispatchClosed, Dispatcher, DispatchSettings
 from client.fleet.startup import check_reachable
@@ -109,7 +108,7 @@ async def _fill(dispatcher: Dispatcher) -> list[int]:
 
 
 def _endpoints(servers: tuple[VLLMServer, ...]) -> list[Endpoint]:
-    return [Endpoint(s.url, EndpointCounters(url=s.url, index=i), max_in_flight=MAX_IN_FLIGHT)
+    return [Endpoint(s.url, index=i, max_in_flight=MAX_IN_FLIGHT)
             for i, s in enumerate(servers)]
 
 
@@ -121,13 +120,15 @@ async def test_idle_vllm_servers_look_alike_to_the_dispatcher(servers: tuple[VLL
     client sends each as many requests as --max-in-flight lets it."""
     endpoints = _endpoints(servers)
     try:
-        await check_reachable(endpoints, 0)
+        found = await check_reachable(endpoints, 0)
         dispatcher = Dispatcher(endpoints)
+        for endpoint, readiness in zip(endpoints, found, strict=True):
+            dispatcher.starting(endpoint, readiness.ready, readiness.reason)
         marks = [len(_load_requests(server)) for server in servers]
         await dispatcher.prime()  # the load polls at the start of a run
         for server, mark in zip(servers, marks, strict=True):
             _assert_discovery(_load_requests(server)[mark:])
-        assert [(e.counters.server_running, e.counters.server_waiting) for e in endpoints] == [(0, 0), (0, 0)]
+        assert [(e.server_running, e.server_waiting) for e in dispatcher.live()] == [(0, 0), (0, 0)]
         capacity = dispatcher.settings.default_capacity
         assert [dispatcher.capacity(0), dispatcher.capacity(1)] == [capacity, capacity]
         assert target_depth(capacity) > MAX_IN_FLIGHT
@@ -149,17 +150,20 @@ async def test_dispatch_follows_the_vllm_queues(servers: tuple[VLLMServer, VLLMS
         backlog = [asyncio.create_task(load_client.post(f"{small.url}/v1/chat/completions", json=body))
                    for _ in range(60)]
         try:
-            await check_reachable(endpoints, 0)
+            found = await check_reachable(endpoints, 0)
             dispatcher = Dispatcher(endpoints, DispatchSettings(poll_timeout=120.0))
+            for endpoint, readiness in zip(endpoints, found, strict=True):
+                dispatcher.starting(endpoint, readiness.ready, readiness.reason)
             seen = []
             deadline = time.monotonic() + 150
             while time.monotonic() < deadline and not all(task.done() for task in backlog):
                 await dispatcher.prime()  # the client's own load poll, as at the start of a run
-                seen.append((endpoints[0].counters.server_running, endpoints[0].counters.server_waiting))
-                if endpoints[0].counters.server_waiting:
+                small_now = dispatcher.live()[0]
+                seen.append((small_now.server_running, small_now.server_waiting))
+                if small_now.server_waiting:
                     break
                 await asyncio.sleep(0.2)
-            assert endpoints[0].counters.server_waiting, f"no poll caught the 1-slot server's queue: {seen}"
+            assert dispatcher.live()[0].server_waiting, f"no poll caught the 1-slot server's queue: {seen}"
             assert dispatcher.capacity(0) == SMALL, "a queue at `running` requests means that many slots"
             taken = [await asyncio.wait_for(dispatcher.acquire(), timeout=5) for _ in range(MAX_IN_FLIGHT)]
             assert [e.index for e in taken] == [1] * MAX_IN_FLIGHT, "every request goes where there is no queue"

@@ -31,7 +31,6 @@ import orjson
 import psutil
 import pytest
 
-from client.core.stats import EndpointCounters
 from client.fleet.dispatcher import Dispatcher
 from client.fleet.startup import check_reachable
 from client.wire.endpoint import Endpoint
@@ -122,14 +121,16 @@ def test_the_start_up_names_sglang_and_its_id_fields(ids_run: dict[str, Any]) ->
 
 
 async def test_the_dispatcher_takes_each_servers_slots_from_v1_loads(sglang_pair: list[SGLangServer]) -> None:
-    endpoints = [Endpoint(server.url, EndpointCounters(url="", index=i), max_in_flight=64)
+    endpoints = [Endpoint(server.url, index=i, max_in_flight=64)
                  for i, server in enumerate(sglang_pair)]
     try:
-        await check_reachable(endpoints, 0)
+        found = await check_reachable(endpoints, 0)
         dispatcher = Dispatcher(endpoints)
+        for endpoint, readiness in zip(endpoints, found, strict=True):
+            dispatcher.starting(endpoint, readiness.ready, readiness.reason)
         await dispatcher.prime()
         assert [dispatcher.capacity(0), dispatcher.capacity(1)] == [SLOTS, SLOTS]
-        assert [e.counters.server_running for e in endpoints] == [0, 0]
+        assert [e.server_running for e in dispatcher.live()] == [0, 0]
     finally:
         await asyncio.gather(*(e.aclose() for e in endpoints))
 

@@ -23,7 +23,6 @@ import orjson
 import pytest
 
 from client.core.errors import ConfigError
-from client.core.stats import EndpointCounters
 from client.fleet.startup import check_max_tokens
 from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimServerSpec
@@ -268,7 +267,7 @@ async def test_max_tokens_beyond_the_context_is_caught_before_sending(vllm_scrip
             "model": vllm_scripted.model_name, "messages": USER, "max_tokens": 8192, "stream": True})
     assert refused.status_code == 400
     assert "cannot be greater than max_model_len=2048" in refused.text
-    endpoint = Endpoint(vllm_scripted.url, EndpointCounters(url=vllm_scripted.url, index=0), max_in_flight=1)
+    endpoint = Endpoint(vllm_scripted.url, index=0, max_in_flight=1)
     try:
         await check_max_tokens([endpoint], vllm_scripted.model_name, 256)
         with pytest.raises(ConfigError, match=r"--max-tokens 8192 does not fit .*\(max_model_len 2048\)"):
@@ -280,7 +279,7 @@ async def test_max_tokens_beyond_the_context_is_caught_before_sending(vllm_scrip
 
 async def test_max_tokens_check_passes_on_a_long_context_sglang(fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(speed=40.0)])
-    endpoint = Endpoint(fleet.urls[0], EndpointCounters(url=fleet.urls[0], index=0), max_in_flight=1)
+    endpoint = Endpoint(fleet.urls[0], index=0, max_in_flight=1)
     try:
         model = (await endpoint.models())[0]
         await check_max_tokens([endpoint], model, 8192)  # 262,144 tokens of context

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from client.core.stats import EndpointSnapshot, StatsSnapshot
+from client.core.stats import EndpointSnapshot, StatsSnapshot, SyncView
 from client.run.console import progress_line
 
 
@@ -21,10 +21,10 @@ def snapshot(**changes: Any) -> StatsSnapshot:
     """A quiet snapshot: every number 0, nothing unknown but the total; `changes` on top."""
     base: dict[str, Any] = {}
     for field in dataclasses.fields(StatsSnapshot):
-        base[field.name] = {"total": None, "eta_s": None, "gpu_hours_projected": None, "sync_lag": "",
+        base[field.name] = {"total": None, "eta_s": None, "gpu_hours_projected": None, "sync": None,
                             "errors_by_kind": {}, "endpoints": (), "server_tokens_per_s": None, "cache_hit": None,
                             "gpu_hours_so_far": None, "expected_tokens_per_prompt": None,
-                            "sync_lag_s": None, "accept_length": None}.get(field.name, 0)
+                            "accept_length": None, "waiting_wake_s": None}.get(field.name, 0)
     return StatsSnapshot(**{**base, **changes})
 
 
@@ -42,13 +42,18 @@ def snapshot(**changes: Any) -> StatsSnapshot:
     ({"cache_hit": 0.873}, ["truncated 0 cache-hit 87% endpoints"]),
     ({"accept_length": 3.14159}, ["truncated 0 accept-len 3.14 endpoints"]),
     ({"retries": 3, "truncated": 1}, ["retries 3 truncated 1"]),
-    ({"sync_lag": "2 seg"}, ["up sync:2 seg"]),
+    ({"sync": SyncView(uploaded=3, pending=2, pending_bytes=5_000_000, oldest_pending_s=75.0)},
+     ["up sync:2 seg 5.0 MB pending, oldest 1m15s"]),
+    ({"sync": SyncView(uploaded=3, pending=0, pending_bytes=0, oldest_pending_s=None)},
+     ["up sync:up to date (3 uploaded)"]),
+    ({"sync": SyncView(uploaded=0, pending=1, pending_bytes=10, oldest_pending_s=1.0, last_error="cannot reach S3")},
+     ["retrying: cannot reach S3"]),
     ({"endpoints": (endpoint("http://a"), endpoint("http://b"))}, ["endpoints 2/2 up"]),
     ({"endpoints": (endpoint("http://a"), endpoint("http://b", "down", "connection refused"))},
      ["endpoints 1/2 up", " | http://b down: connection refused"]),
 ], ids=["quiet", "counts", "rates", "server-rate", "tokens-millions", "tokens-thousands", "eta-hours",
-        "eta-seconds", "gpu-hours", "gpu-hours-no-eta", "cache-hit", "accept-length", "retries", "sync", "all-up",
-        "one-down"])
+        "eta-seconds", "gpu-hours", "gpu-hours-no-eta", "cache-hit", "accept-length", "retries", "sync-pending",
+        "sync-up-to-date", "sync-retrying", "all-up", "one-down"])
 def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
     line = progress_line(snapshot(**changes))
     for part in parts:

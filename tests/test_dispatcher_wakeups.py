@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from client.core.stats import EndpointCounters
 from client.fleet.dispatcher import DOWN, UP, DispatchClosed, Dispatcher, DispatchSettings
 from client.wire.endpoint import Endpoint
 
@@ -19,17 +18,17 @@ SLOTS = 4
 
 @pytest.fixture
 async def endpoints() -> AsyncIterator[list[Endpoint]]:
-    made = [Endpoint(f"http://127.0.0.1:{9 + i}", EndpointCounters(url=f"e{i}", index=i), max_in_flight=SLOTS)
-            for i in range(2)]
-    for endpoint in made:
-        endpoint.counters.state = UP
+    made = [Endpoint(f"http://127.0.0.1:{9 + i}", index=i, max_in_flight=SLOTS) for i in range(2)]
     yield made
     await asyncio.gather(*(e.aclose() for e in made))
 
 
 def dispatcher_for(endpoints: list[Endpoint]) -> Dispatcher:
     # Target depth = slots; the hard cap (max_in_flight) is the same, so exactly SLOTS per endpoint.
-    return Dispatcher(endpoints, DispatchSettings(default_capacity=SLOTS, headroom=0.0))
+    dispatcher = Dispatcher(endpoints, DispatchSettings(default_capacity=SLOTS, headroom=0.0))
+    for endpoint in endpoints:
+        dispatcher.starting(endpoint, ready=True)
+    return dispatcher
 
 
 async def settle() -> None:

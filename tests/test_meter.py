@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from client.core.meter import WindowedRates
-from client.core.stats import EndpointCounters, RunStats
+from client.core.stats import EndpointLive, RunStats
 
 Samples = list[tuple[float, list[float | None]]]
 
@@ -46,13 +46,12 @@ def test_samples_are_thinned_and_trimmed() -> None:
 
 
 def _stats(total: int, done: int, streamed: int, completion: int, in_flight: int, *,
-           expected: float | None = None) -> RunStats:
+           expected: float | None = None) -> tuple[RunStats, EndpointLive]:
     stats = RunStats(total=total, expected_tokens_per_prompt=expected)
-    endpoint = EndpointCounters(url="http://a", index=0, in_flight=in_flight, streamed_tokens=streamed)
-    stats.endpoints.append(endpoint)
+    live = EndpointLive(url="http://a", state="up", in_flight=in_flight, max_in_flight=8, streamed_tokens=streamed)
     stats.done = done
     stats.completion_tokens = completion
-    return stats
+    return stats, live
 
 
 @pytest.mark.parametrize(("stats", "rate", "requests_rate", "eta"), [
@@ -70,22 +69,21 @@ def _stats(total: int, done: int, streamed: int, completion: int, in_flight: int
     # Nothing left.
     (_stats(10, 10, 1_000, 1_000, 0), 0.0, 0.0, 0.0),
 ], ids=["mean-so-far", "estimate-mean", "open-work", "open-work-capped", "unknown", "by-requests", "finished"])
-def test_eta(stats: RunStats, rate: float, requests_rate: float, eta: float | None) -> None:
-    remaining = None if stats.total is None else stats.total - stats.done - stats.failed
-    in_flight = sum(e.in_flight for e in stats.endpoints)
-    streamed = sum(e.streamed_tokens for e in stats.endpoints)
-    got = stats._eta(remaining, in_flight, streamed, rate, requests_rate)
+def test_eta(stats: tuple[RunStats, EndpointLive], rate: float, requests_rate: float, eta: float | None) -> None:
+    run, live = stats
+    remaining = None if run.total is None else run.total - run.done - run.failed
+    got = run._eta(remaining, live.in_flight, live.streamed_tokens, rate, requests_rate)
     assert got == (None if eta is None else pytest.approx(eta))
 
 
 def test_snapshot_reads_cache_hits_from_usage() -> None:
     stats = RunStats()
-    endpoint = EndpointCounters(url="http://a", index=0)
-    stats.endpoints.append(endpoint)
-    stats.record_done(endpoint, {"completion_tokens": 5, "prompt_tokens": 100}, "stop")
-    assert stats.snapshot().cache_hit is None  # usage never said
-    stats.record_done(endpoint, {"completion_tokens": 5, "prompt_tokens": 100,
-                                 "prompt_tokens_details": {"cached_tokens": 80}}, "length")
-    snap = stats.snapshot()
+    stats.track(1)
+    fleet = [EndpointLive(url="http://a", state="up", in_flight=0, max_in_flight=8)]
+    stats.record_done(0, {"completion_tokens": 5, "prompt_tokens": 100}, "stop")
+    assert stats.snapshot(fleet).cache_hit is None  # usage never said
+    stats.record_done(0, {"completion_tokens": 5, "prompt_tokens": 100,
+                          "prompt_tokens_details": {"cached_tokens": 80}}, "length")
+    snap = stats.snapshot(fleet)
     assert snap.cache_hit == pytest.approx(0.4) and snap.endpoints[0].cache_hit == pytest.approx(0.4)
     assert snap.truncated == 1 and snap.prompt_tokens == 200

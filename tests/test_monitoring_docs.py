@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from client.core.stats import EndpointSnapshot, StatsSnapshot
+from client.core.stats import EndpointSnapshot, StatsSnapshot, SyncView
 from client.run.metrics import metric_families
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -21,7 +21,9 @@ def _full_snapshot() -> StatsSnapshot:
                                 server_tokens_per_s=1.0, token_usage=0.5, cache_hit=0.5, accept_length=3.0)
     values: dict[str, object] = {}
     for field in dataclasses.fields(StatsSnapshot):
-        values[field.name] = {"errors_by_kind": {}, "endpoints": (endpoint,), "sync_lag": ""}.get(field.name, 1)
+        values[field.name] = {"errors_by_kind": {}, "endpoints": (endpoint,), "waiting_wake_s": (1.0, 2.0),
+                             "sync": SyncView(uploaded=1, pending=1, pending_bytes=1, oldest_pending_s=1.0)
+                             }.get(field.name, 1)
     return StatsSnapshot(**values)  # type: ignore[arg-type]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from client.core import redact
 from client.core.errors import ServerError, error_for_status
-from client.core.stats import EndpointCounters, RunStats
+from client.core.stats import RunStats
 from client.run.result_rows import failure_record
 from client.s3.store import S3Store, S3Url
 from client.wire.urls import ServerURL
@@ -107,9 +107,9 @@ def test_echoed_token_is_masked_in_the_error_and_its_counters() -> None:
     rejected = error_for_status(401, f"bad key Bearer {PW}".encode())
     assert PW not in str(rejected) and PW not in getattr(rejected, "detail", "")
     stats = RunStats(gpus=None)
-    counters = EndpointCounters(url="http://h:1", index=0)
-    stats.record_error(counters, error.kind, str(error))
-    assert PW not in counters.last_error
+    stats.track(1)
+    stats.record_error(0, error.kind, str(error))
+    assert PW not in stats.endpoints[0].last_error
     assert PW not in failure_record("p1", error, 3, "http://h:1")["last_error"]
 
 

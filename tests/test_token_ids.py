@@ -10,7 +10,6 @@ import pytest
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy
-from client.core.stats import EndpointCounters
 from client.fleet.token_ids import configure, describe, effective_kind, ids_policy
 from client.wire.endpoint import Endpoint
 from client.wire.sglext import SGLANG_REQUEST_FIELDS, spec_from
@@ -142,7 +141,7 @@ def test_effective_kind(detected: str | None, compat: str, policy: FieldPolicy, 
     ("sglang", "on", ids_policy(MIX, "on", {"a": "sglang", "b": "vllm"}), SGLANG_REQUEST_FIELDS),
 ])
 async def test_configure(kind: str, mode: str, policy: FieldPolicy, expected: dict[str, bool]) -> None:
-    endpoint = Endpoint("http://127.0.0.1:9", EndpointCounters(url="", index=0), max_in_flight=1)
+    endpoint = Endpoint("http://127.0.0.1:9", index=0, max_in_flight=1)
     try:
         configure(endpoint, kind, mode, policy)
         assert endpoint.id_fields == expected
@@ -164,7 +163,7 @@ def test_simulated_spec_details_add_up(seed: int, tokens: int) -> None:
 
 
 async def test_the_start_up_line_names_the_id_fields_each_server_gets() -> None:
-    endpoints = [Endpoint(f"http://127.0.0.1:{port}", EndpointCounters(url="", index=i), max_in_flight=1)
+    endpoints = [Endpoint(f"http://127.0.0.1:{port}", index=i, max_in_flight=1)
                  for i, port in enumerate((9, 10, 11))]
     try:
         for endpoint, kind in zip(endpoints, ("sglang", "vllm", "other"), strict=True):

@@ -29,7 +29,6 @@ from client.core.errors import (
     TLSCertificateError,
 )
 from client.core.records import Completion
-from client.core.stats import EndpointCounters
 from client.wire.connect import NetworkOptions, ssl_context
 from client.wire.endpoint import Endpoint
 from client.wire.loads import parse_metrics, parse_v1_loads
@@ -57,7 +56,7 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 
 
 def endpoint(url: str, **kw: Any) -> Endpoint:
-    return Endpoint(url, EndpointCounters(url=url, index=0), max_in_flight=4, idle_timeout=10.0, **kw)
+    return Endpoint(url, index=0, max_in_flight=4, idle_timeout=10.0, **kw)
 
 
 def assert_whole(completion: Completion) -> None:
@@ -197,12 +196,10 @@ async def test_server_with_its_own_prefix(group: ServerGroup) -> None:
 async def test_url_credentials_become_a_bearer_token_and_stay_secret(group: ServerGroup) -> None:
     server = group.oddserver(extra=("--api-key", "s3cr3t-key"))
     url = server.url.replace("://", "://someone:s3cr3t-key@") + "/v1"
-    counters = EndpointCounters(url=url, index=0)
-    ep = Endpoint(url, counters, max_in_flight=2)
+    ep = Endpoint(url, max_in_flight=2)
     try:
         await exercise(ep, streams=1)
         assert ep.url == server.url + "/v1"
-        assert counters.url == ep.url
         assert "s3cr3t" not in repr(ep.server) + repr(ep.route)
     finally:
         await ep.aclose()

@@ -1,5 +1,6 @@
-"""Run counters as plain data, written by the swarm; frozen snapshots for readers (console, summary,
-the Prometheus endpoint).
+"""The run's results as plain data, written by the swarm; frozen snapshots for readers (console, summary,
+the Prometheus endpoint). Each endpoint's live state is owned where it changes (health, in-flight and load
+by the dispatcher, streamed-token counters by the endpoint) and handed to `snapshot` as EndpointLive rows.
 
 Throughput is the completion tokens counted as they stream (exact where the server sends running usage,
 client.wire.sse), over a short and a 5-minute window (client.core.meter), so it reads true while long
@@ -13,36 +14,55 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from client.core.meter import WindowedRates
 
 
-@dataclass
-class EndpointCounters:
+@dataclass(frozen=True, slots=True)
+class EndpointLive:
+    """One endpoint as the fleet sees it now: its configuration, health and load (the dispatcher's) and what
+    it has streamed (its own wire counters). Built by client.fleet.dispatcher, read by `snapshot`."""
+
     url: str
-    index: int
-    state: str = "starting"
-    in_flight: int = 0
-    max_in_flight: int = 0
+    state: str  # starting / up / down
+    in_flight: int
+    max_in_flight: int
     capacity: int | None = None
-    done: int = 0
-    errors: int = 0
-    completion_tokens: int = 0
-    prompt_tokens: int = 0  # of finished requests
-    cached_tokens: int | None = None  # of those, served from the prefix cache (None: usage never said)
     streamed_tokens: int = 0  # completion tokens as they stream, failed attempts included
-    chunks: int = 0  # SSE events received, for the client-cost benchmark and debugging
-    reads: int = 0  # transport reads that delivered them
     server_running: int | None = None
     server_waiting: int | None = None
     server_gen_rate: float | None = None  # tok/s the server reports itself (SGLang gen_throughput)
     server_generated: float | None = None  # the server's lifetime generated-tokens counter (/metrics)
     server_token_usage: float | None = None  # KV-cache use, 0..1
     server_accept_length: float | None = None  # MTP: mean tokens per verify step the server reports
+    note: str = ""  # why it is out of rotation or not ready
+
+
+@dataclass
+class EndpointResults:
+    """What one endpoint's finished requests came to; written by RunStats.record_done / record_error only."""
+
+    done: int = 0
+    errors: int = 0
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None  # of prompt_tokens, served from the prefix cache (None: usage never said)
     last_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncView:
+    """The S3 uploader's state in numbers (client.s3.uploader); the console words it."""
+
+    uploaded: int
+    pending: int
+    pending_bytes: int
+    oldest_pending_s: float | None  # how long the oldest closed segment has waited; None when none waits
+    last_error: str = ""
+    stopped: str = ""  # why uploading stopped for good, if it did
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +99,8 @@ class StatsSnapshot:
     prompt_tokens: int
     tokens_per_s_short: float
     tokens_per_s_long: float
-    requests_per_s_long: float
     eta_s: float | None
     gpu_hours_projected: float | None
-    sync_lag: str
     errors_by_kind: dict[str, int]
     endpoints: tuple[EndpointSnapshot, ...]
     streamed_tokens: int = 0
@@ -90,7 +108,7 @@ class StatsSnapshot:
     cache_hit: float | None = None
     gpu_hours_so_far: float | None = None
     expected_tokens_per_prompt: float | None = None
-    sync_lag_s: float | None = None
+    sync: SyncView | None = None
     accept_length: float | None = None  # the fleet's mean MTP accept length, where servers report it
     waiting: int = 0  # requests sleeping before their next attempt (backoff or Retry-After)
     waiting_wake_s: tuple[float, float] | None = None  # (soonest, latest) wake, seconds from the snapshot
@@ -98,6 +116,11 @@ class StatsSnapshot:
     @property
     def remaining(self) -> int | None:
         return None if self.total is None else max(0, self.total - self.done - self.failed)
+
+    @property
+    def sync_lag_s(self) -> float | None:
+        """Age of the oldest segment not yet in S3 (0 when all are); None without --s3."""
+        return None if self.sync is None else self.sync.oldest_pending_s or 0.0
 
 
 def _cached_tokens(usage: Mapping[str, Any]) -> int | None:
@@ -113,7 +136,8 @@ def _sum(values: list[float | None]) -> float | None:
 
 @dataclass
 class RunStats:
-    """Mutable counters; only the swarm writes them, in the event loop thread."""
+    """The run's results so far; only the swarm writes them (record_done, record_error), in the event loop
+    thread. The endpoints' live state is not kept here: `snapshot` is given it."""
 
     gpus: int | None = None
     short_window_s: float = 15.0
@@ -128,17 +152,19 @@ class RunStats:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     expected_tokens_per_prompt: float | None = None  # the estimate's mean, when the run was given one
-    sync_lag: str = ""
-    sync_lag_s: float | None = None
     errors_by_kind: Counter[str] = field(default_factory=Counter)
-    endpoints: list[EndpointCounters] = field(default_factory=list)
+    endpoints: list[EndpointResults] = field(default_factory=list)  # by endpoint index
     _finished: deque[float] = field(default_factory=deque)
     _waits: dict[int, float] = field(default_factory=dict)  # wait id -> monotonic wake time
     _wait_ids: itertools.count[int] = field(default_factory=itertools.count)
     _streamed: WindowedRates | None = None
     _server: WindowedRates | None = None
 
-    def record_done(self, endpoint: EndpointCounters, usage: Mapping[str, Any], finish_reason: str | None) -> None:
+    def track(self, endpoints: int) -> None:
+        """Results are kept for this many endpoints (by index)."""
+        self.endpoints = [EndpointResults() for _ in range(endpoints)]
+
+    def record_done(self, index: int, usage: Mapping[str, Any], finish_reason: str | None) -> None:
         now = time.monotonic()
         completion_tokens = int(usage.get("completion_tokens") or 0)
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
@@ -147,6 +173,7 @@ class RunStats:
         self.prompt_tokens += prompt_tokens
         if finish_reason == "length":
             self.truncated += 1
+        endpoint = self.endpoints[index]
         endpoint.done += 1
         endpoint.completion_tokens += completion_tokens
         endpoint.prompt_tokens += prompt_tokens
@@ -158,9 +185,10 @@ class RunStats:
         while self._finished and self._finished[0] < horizon:
             self._finished.popleft()
 
-    def record_error(self, endpoint: EndpointCounters | None, kind: str, message: str) -> None:
+    def record_error(self, index: int | None, kind: str, message: str) -> None:
         self.errors_by_kind[kind] += 1
-        if endpoint is not None:
+        if index is not None:
+            endpoint = self.endpoints[index]
             endpoint.errors += 1
             endpoint.last_error = message[:200]
 
@@ -173,13 +201,14 @@ class RunStats:
     def end_wait(self, wait: int) -> None:
         self._waits.pop(wait, None)
 
-    def _rates(self, now: float) -> tuple[list[float | None], list[float | None], list[float | None]]:
+    def _rates(self, now: float, fleet: Sequence[EndpointLive]
+               ) -> tuple[list[float | None], list[float | None], list[float | None]]:
         """(streamed tok/s short, streamed tok/s long, server-counted tok/s short), per endpoint."""
         if self._streamed is None or self._server is None:
             self._streamed = WindowedRates(self.started, keep_s=self.long_window_s + 30)
             self._server = WindowedRates(self.started, keep_s=self.short_window_s + 30)
-        streamed = [float(e.streamed_tokens) for e in self.endpoints]
-        generated = [e.server_generated for e in self.endpoints]
+        streamed = [float(e.streamed_tokens) for e in fleet]
+        generated = [e.server_generated for e in fleet]
         self._streamed.sample(now, streamed)
         self._server.sample(now, generated)
         return (self._streamed.rates(now, streamed, self.short_window_s),
@@ -200,33 +229,36 @@ class RunStats:
             return max(0.0, remaining * mean - partial) / tokens_rate
         return remaining / requests_rate if requests_rate > 0 else None
 
-    def snapshot(self) -> StatsSnapshot:
+    def snapshot(self, fleet: Sequence[EndpointLive] = (), sync: SyncView | None = None) -> StatsSnapshot:
+        """The figures now, from the results kept here and the fleet's live view (`fleet`, by endpoint index)."""
         now = time.monotonic()
         elapsed = max(1e-9, now - self.started)
         long_span = min(self.long_window_s, elapsed)
-        short_rates, long_rates, server_rates = self._rates(now)
+        short_rates, long_rates, server_rates = self._rates(now, fleet)
         requests_rate = sum(1 for t in self._finished if t >= now - long_span) / long_span
         remaining = None if self.total is None else max(0, self.total - self.done - self.failed)
-        in_flight = sum(e.in_flight for e in self.endpoints)
-        streamed = sum(e.streamed_tokens for e in self.endpoints)
+        in_flight = sum(e.in_flight for e in fleet)
+        streamed = sum(e.streamed_tokens for e in fleet)
         tokens_long = sum(r or 0.0 for r in long_rates)
         eta = self._eta(remaining, in_flight, streamed, tokens_long, requests_rate)
         gpu_hours = None if not self.gpus or eta is None else self.gpus * (elapsed + eta) / 3600.0
         server_own = [e.server_gen_rate if e.server_gen_rate is not None else server_rates[i]
-                      for i, e in enumerate(self.endpoints)]
+                      for i, e in enumerate(fleet)]
+        results = [self.endpoints[i] if i < len(self.endpoints) else EndpointResults() for i in range(len(fleet))]
         endpoints = tuple(
             EndpointSnapshot(
                 url=e.url, state=e.state, in_flight=e.in_flight, max_in_flight=e.max_in_flight, capacity=e.capacity,
-                done=e.done, errors=e.errors, tokens_per_s=short_rates[i] or 0.0,
-                server_running=e.server_running, server_waiting=e.server_waiting, last_error=e.last_error,
+                done=r.done, errors=r.errors, tokens_per_s=short_rates[i] or 0.0,
+                server_running=e.server_running, server_waiting=e.server_waiting,
+                last_error=e.note if e.state != "up" and e.note else r.last_error,
                 tokens_per_s_long=long_rates[i] or 0.0, server_tokens_per_s=server_own[i],
                 token_usage=e.server_token_usage, accept_length=e.server_accept_length,
-                cache_hit=None if e.cached_tokens is None or not e.prompt_tokens else e.cached_tokens / e.prompt_tokens,
+                cache_hit=None if r.cached_tokens is None or not r.prompt_tokens else r.cached_tokens / r.prompt_tokens,
             )
-            for i, e in enumerate(self.endpoints)
+            for i, (e, r) in enumerate(zip(fleet, results, strict=True))
         )
-        cached = _sum([None if e.cached_tokens is None else float(e.cached_tokens) for e in self.endpoints])
-        accepts = [e.server_accept_length for e in self.endpoints if e.server_accept_length is not None]
+        cached = _sum([None if r.cached_tokens is None else float(r.cached_tokens) for r in self.endpoints])
+        accepts = [e.server_accept_length for e in fleet if e.server_accept_length is not None]
         wakes = self._waits.values()
         return StatsSnapshot(
             elapsed_s=elapsed,
@@ -241,10 +273,8 @@ class RunStats:
             prompt_tokens=self.prompt_tokens,
             tokens_per_s_short=sum(r or 0.0 for r in short_rates),
             tokens_per_s_long=tokens_long,
-            requests_per_s_long=requests_rate,
             eta_s=eta,
             gpu_hours_projected=gpu_hours,
-            sync_lag=self.sync_lag,
             errors_by_kind=dict(self.errors_by_kind),
             endpoints=endpoints,
             streamed_tokens=streamed,
@@ -252,7 +282,7 @@ class RunStats:
             cache_hit=None if cached is None or not self.prompt_tokens else cached / self.prompt_tokens,
             gpu_hours_so_far=None if not self.gpus else self.gpus * elapsed / 3600.0,
             expected_tokens_per_prompt=self.expected_tokens_per_prompt,
-            sync_lag_s=self.sync_lag_s,
+            sync=sync,
             accept_length=sum(accepts) / len(accepts) if accepts else None,
             waiting=len(self._waits),
             waiting_wake_s=(min(wakes) - now, max(wakes) - now) if wakes else None,

@@ -47,7 +47,7 @@ async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Pat
     file, and run it into `out`. `prompt_paths`: the full set, where the preflight looks for tools."""
     stats = RunStats()
     async with open_fleet(fleet_cfg, settings, prompt_paths=prompt_paths, note=_note) as fleet:
-        stats.endpoints = [e.counters for e in fleet.endpoints]
+        stats.track(len(fleet.endpoints))
         await fleet.dispatcher.prime()
         slots = sum(fleet.dispatcher.capacity(e.index) for e in fleet.endpoints)
         sample_path, size = make_sample(slots)
@@ -62,7 +62,8 @@ async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Pat
                       SwarmSettings(retry=RetryPolicy(max_attempts=max_attempts)))
 
         async def progress() -> None:
-            await show_progress(stats.snapshot, stream=sys.stderr, live=False, plain_every_s=progress_every_s)
+            await show_progress(lambda: stats.snapshot(fleet.dispatcher.live()), stream=sys.stderr, live=False,
+                                plain_every_s=progress_every_s)
 
         started = time.monotonic()
         try:

@@ -17,18 +17,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from client.core.errors import AttemptError, ConnectFailed, RequestRejected, ServerError, StreamDropped, StreamStalled
+from client.core.stats import EndpointLive
 from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint, target_depth
 from client.fleet.readiness import NO_HEALTH_ROUTE, probe
 from client.wire.endpoint import Endpoint
 from client.wire.loads import LOAD_SOURCES, LoadFormatError, ServerLoad
 
-STARTING, UP, DOWN = "starting", "up", "down"
+
+class Health(enum.StrEnum):
+    STARTING = "starting"  # not ready at start; probed until it is
+    UP = "up"  # in rotation
+    DOWN = "down"  # out of rotation; probed until it is healthy again
+
+
+STARTING, UP, DOWN = Health.STARTING, Health.UP, Health.DOWN
 
 # Failures that say something about the server rather than about the request.
 _SERVER_FAULTS = (ConnectFailed, ServerError, StreamDropped, StreamStalled)
@@ -54,10 +63,30 @@ class DispatchSettings:
 class _Tracked:
     """Mutable per-endpoint bookkeeping, owned by the dispatcher."""
 
-    __slots__ = ("consecutive_failures", "down_reason", "finished_since_poll", "learned_capacity", "load",
-                 "load_source", "no_source_until", "scopes", "sent_since_poll", "went_down")
+    __slots__ = (
+        "consecutive_failures",
+        "down_reason",
+        "finished_since_poll",
+        "health",
+        "in_flight",
+        "learned_capacity",
+        "load",
+        "load_source",
+        "no_source_until",
+        "note",
+        "polled",
+        "scopes",
+        "sent_since_poll",
+        "server_generated",
+        "went_down",
+    )
 
     def __init__(self) -> None:
+        self.health = Health.STARTING
+        self.in_flight = 0  # this client's requests there
+        self.note = ""  # why it is out of rotation or not ready, for the console
+        self.server_generated: float | None = None  # kept while down, so the server's rate stays continuous
+        self.polled = False  # a load document has answered at least once
         self.load: ServerLoad | None = None
         self.load_source: int = 0
         self.no_source_until = 0.0
@@ -96,7 +125,7 @@ class Dispatcher:
         if tracked.load is not None:
             outstanding = (tracked.load.running + tracked.load.waiting
                            + tracked.sent_since_poll - tracked.finished_since_poll)
-        return EndpointLoad(available=endpoint.counters.state == UP, in_flight=endpoint.counters.in_flight,
+        return EndpointLoad(available=tracked.health is UP, in_flight=tracked.in_flight,
                             capacity=self.capacity(index), max_in_flight=endpoint.max_in_flight,
                             server_outstanding=outstanding)
 
@@ -117,12 +146,13 @@ class Dispatcher:
             index = pick_endpoint(self.loads(), avoid, self.settings.headroom)
             if prefer is not None:
                 preferred = self.endpoints[prefer]
-                if preferred.counters.state == UP and preferred.counters.in_flight < preferred.max_in_flight:
+                held = self._tracked[prefer]
+                if held.health is UP and held.in_flight < preferred.max_in_flight:
                     index = prefer
             if index is not None:
                 # No await between the choice and taking the slot: on one event loop nothing interleaves.
                 endpoint = self.endpoints[index]
-                endpoint.counters.in_flight += 1
+                self._tracked[index].in_flight += 1
                 self._tracked[index].sent_since_poll += 1
                 if queued and self._waiters and not self._woken and self._has_room():
                     self._wake(1)  # more room than wakeups (e.g. an endpoint came up): pass it on
@@ -175,7 +205,7 @@ class Dispatcher:
             raise StreamDropped(f"endpoint taken out of rotation ({tracked.down_reason or 'unhealthy'})") from None
 
     def release(self, endpoint: Endpoint) -> None:
-        endpoint.counters.in_flight -= 1
+        self._tracked[endpoint.index].in_flight -= 1
         self._tracked[endpoint.index].finished_since_poll += 1
         # One freed slot serves one waiter: waking them all made the CPU per request grow with the number
         # of waiting workers (bench.dispatch). Changes that can free many slots at once (a load poll, an
@@ -213,17 +243,45 @@ class Dispatcher:
         if tracked.consecutive_failures >= self.settings.failure_threshold or isinstance(error, ConnectFailed):
             self.set_state(endpoint, DOWN, str(error))
 
-    def set_state(self, endpoint: Endpoint, state: str, reason: str = "") -> None:
-        previous = endpoint.counters.state
-        if previous == state:
-            return
-        endpoint.counters.state = state
+    def health(self, endpoint: Endpoint) -> Health:
+        return self._tracked[endpoint.index].health
+
+    def in_flight(self, endpoint: Endpoint) -> int:
+        return self._tracked[endpoint.index].in_flight
+
+    def starting(self, endpoint: Endpoint, ready: bool, reason: str = "") -> None:
+        """What the start-up check found: ready endpoints go into rotation, the others are probed."""
         tracked = self._tracked[endpoint.index]
+        tracked.health = UP if ready else STARTING
+        tracked.note = "" if ready else f"not ready: {reason}"[:200]
+
+    def live(self) -> list[EndpointLive]:
+        """Every endpoint now, by index: what the stats snapshot and the console show."""
+        rows = []
+        for endpoint, tracked in zip(self.endpoints, self._tracked, strict=True):
+            load = tracked.load
+            rows.append(EndpointLive(
+                url=endpoint.url, state=tracked.health.value, in_flight=tracked.in_flight,
+                max_in_flight=endpoint.max_in_flight,
+                capacity=self.capacity(endpoint.index) if tracked.polled else None,
+                streamed_tokens=endpoint.wire.streamed_tokens, note=tracked.note,
+                server_running=load.running if load else None, server_waiting=load.waiting if load else None,
+                server_gen_rate=load.gen_throughput if load else None,
+                server_generated=tracked.server_generated,
+                server_token_usage=load.token_usage if load else None,
+                server_accept_length=load.accept_length if load else None))
+        return rows
+
+    def set_state(self, endpoint: Endpoint, state: Health, reason: str = "") -> None:
+        tracked = self._tracked[endpoint.index]
+        if tracked.health is state:
+            return
+        tracked.health = state
         if state == DOWN:
             tracked.went_down.set()
             tracked.load = None
             if reason:
-                endpoint.counters.last_error = f"out of rotation: {reason}"[:200]
+                tracked.note = f"out of rotation: {reason}"[:200]
             # Its requests in flight would only stall or fail there: send them elsewhere now.
             tracked.down_reason = reason
             now = asyncio.get_running_loop().time()
@@ -236,21 +294,21 @@ class Dispatcher:
     async def prime(self) -> None:
         """One load poll of every endpoint that is up, so the first requests already go by capacity."""
         await asyncio.gather(*(self._poll_load(e, self._tracked[e.index]) for e in self.endpoints
-                               if e.counters.state == UP))
+                               if self._tracked[e.index].health is UP))
 
     async def watch(self, endpoint: Endpoint) -> None:
         """Keep one endpoint's state and load true, for the whole run."""
         tracked = self._tracked[endpoint.index]
         next_health = time.monotonic() + self.settings.health_interval
         while not self._closed:
-            if endpoint.counters.state != UP:
+            if tracked.health is not UP:
                 readiness = await probe(endpoint, limit_s=self.settings.probe_timeout)
                 if readiness.ready:
                     tracked.went_down.clear()
                     self.set_state(endpoint, UP)
                     next_health = time.monotonic() + self.settings.health_interval
                 else:
-                    endpoint.counters.last_error = f"not ready: {readiness.reason}"[:200]
+                    tracked.note = f"not ready: {readiness.reason}"[:200]
                     await asyncio.sleep(self.settings.probe_interval)
                 continue
             await self._poll_load(endpoint, tracked)
@@ -301,12 +359,8 @@ class Dispatcher:
         tracked.finished_since_poll = 0
         if load.waiting > 0 and load.running > tracked.learned_capacity:
             tracked.learned_capacity = load.running  # a queue means the batch was full
-        endpoint.counters.server_running = load.running
-        endpoint.counters.server_waiting = load.waiting
-        endpoint.counters.server_gen_rate = load.gen_throughput
-        endpoint.counters.server_generated = load.generation_tokens_total
-        endpoint.counters.server_token_usage = load.token_usage
-        endpoint.counters.server_accept_length = load.accept_length
-        endpoint.counters.capacity = self.capacity(endpoint.index)
+        tracked.polled = True
+        if load.generation_tokens_total is not None:
+            tracked.server_generated = load.generation_tokens_total
         self._check_growth()
         self._notify()

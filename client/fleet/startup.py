@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from client.core.errors import AttemptError, ConfigError
-from client.fleet.dispatcher import STARTING, UP
-from client.fleet.readiness import probe
+from client.fleet.readiness import Readiness, probe
 from client.wire.endpoint import Endpoint
 from client.wire.urls import ServerURL
 
@@ -55,12 +54,12 @@ HEALTH_LIMIT_S = 30.0
 
 
 async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
-                          note: Callable[[str], None] = lambda _: None) -> None:
+                          note: Callable[[str], None] = lambda _: None) -> list[Readiness]:
     """Every endpoint must be reachable; those not ready yet (still loading, slow) join later.
 
     An endpoint nothing answers on is usually a wrong host or port, so it stops the run unless
-    `wait_s` gives a fleet still loading its weights time to open its ports. Not-ready endpoints carry
-    their reason in `counters.last_error`, which the live view and the plain lines show.
+    `wait_s` gives a fleet still loading its weights time to open its ports. Returns what each endpoint's
+    probe found (by position), which the dispatcher takes as its starting health.
     """
     deadline = time.monotonic() + wait_s
     waiting = False
@@ -68,14 +67,11 @@ async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
         limit_s = max(HEALTH_LIMIT_S, deadline - time.monotonic())
         found = await asyncio.gather(*(probe(e, limit_s) for e in endpoints))
         for endpoint, readiness in zip(endpoints, found, strict=True):
-            endpoint.counters.state = UP if readiness.ready else STARTING
             if readiness.via_models:
                 note(f"{endpoint.url}: no /health route; ready because /v1/models answers")
-            if not readiness.ready:
-                endpoint.counters.last_error = f"not ready: {readiness.reason}"[:200]
         silent = [f"{e.url} ({r.reason})" for e, r in zip(endpoints, found, strict=True) if not r.reachable]
         if not silent:
-            return
+            return found
         for endpoint in endpoints:  # an untrusted certificate or a failing proxy is not "still loading"
             if isinstance(endpoint.last_error, ConfigError):
                 raise ConfigError(f"{endpoint.url}: {endpoint.last_error}") from endpoint.last_error

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from client.core.durations import format_duration
-from client.core.stats import StatsSnapshot
+from client.core.stats import StatsSnapshot, SyncView
 
 _STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 
@@ -48,6 +48,19 @@ def _gpu_hours(snap: StatsSnapshot) -> str | None:
     return f"{snap.gpu_hours_so_far:,.1f}/{projected}"
 
 
+def sync_text(sync: SyncView) -> str:
+    """The S3 column: `up to date (12 uploaded)`, or what is pending and how old it is, and any error."""
+    if sync.stopped:
+        return "STOPPED: " + sync.stopped
+    retrying = f"; retrying: {sync.last_error[:80]}" if sync.last_error else ""
+    if not sync.pending:
+        if sync.last_error:
+            return f"manifest not stored yet; retrying: {sync.last_error[:80]}"
+        return f"up to date ({sync.uploaded} uploaded)"
+    return (f"{sync.pending} seg {sync.pending_bytes / 1e6:.1f} MB pending, oldest "
+            f"{format_duration(sync.oldest_pending_s)}{retrying}")
+
+
 def _waiting(snap: StatsSnapshot) -> str | None:
     """`waiting 3 (wake in 12s-4m58s)`: requests sleeping before a retry, and when they wake."""
     if not snap.waiting or snap.waiting_wake_s is None:
@@ -66,7 +79,7 @@ def progress_line(snap: StatsSnapshot) -> str:
     gpu = "" if gpu_hours is None else f" gpu-h {gpu_hours}"
     cache = "" if snap.cache_hit is None else f" cache-hit {_share(snap.cache_hit)}"
     accept = "" if snap.accept_length is None else f" accept-len {snap.accept_length:.2f}"
-    sync = f" sync:{snap.sync_lag}" if snap.sync_lag else ""
+    sync = "" if snap.sync is None else f" sync:{sync_text(snap.sync)}"
     waiting = _waiting(snap)
     wait = "" if waiting is None else f" {waiting}"
     up = sum(1 for e in snap.endpoints if e.state == "up")
@@ -102,7 +115,7 @@ def _head(snap: StatsSnapshot) -> Table:
         Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"),
         Text("" if snap.cache_hit is None else f"cache hit {_share(snap.cache_hit)}"),
         Text("" if snap.accept_length is None else f"MTP accept length {snap.accept_length:.2f}"),
-        Text(f"sync {snap.sync_lag}" if snap.sync_lag else ""),
+        Text("" if snap.sync is None else f"sync {sync_text(snap.sync)}"),
     )
     return head
 

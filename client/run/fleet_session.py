@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
-from client.core.stats import EndpointCounters
-from client.fleet.dispatcher import Dispatcher, DispatchSettings
+from client.fleet.dispatcher import Dispatcher, DispatchSettings, Health
 from client.fleet.options import FleetConfig
 from client.fleet.startup import check_max_tokens, check_reachable, resolve_model
 from client.run.startup_fields import settle_fields
-from client.wire.endpoint import Endpoint
+from client.wire.endpoint import Endpoint, WireCounters
 
 # At start, how long to wait for a model list from endpoints that answer but are still loading.
 _MODEL_WAIT_S = 60.0
@@ -55,9 +54,14 @@ async def open_fleet(
     endpoints: list[Endpoint] = []
     try:
         for index, url in enumerate(cfg.urls):
-            endpoints.append(Endpoint(url, EndpointCounters(url=url, index=index), max_in_flight=cfg.max_in_flight,
-                                      idle_timeout=cfg.idle_timeout, api_key=cfg.api_key, network=cfg.network))
-        await check_reachable(endpoints, cfg.wait_ready, note=note)
+            endpoints.append(Endpoint(url, index=index, max_in_flight=cfg.max_in_flight, idle_timeout=cfg.idle_timeout,
+                                      api_key=cfg.api_key, network=cfg.network))
+        dispatcher = Dispatcher(endpoints, DispatchSettings(failure_threshold=cfg.circuit_failures,
+                                                            default_capacity=cfg.slots))
+        found = await check_reachable(endpoints, cfg.wait_ready, note=note)
+        for endpoint, readiness in zip(endpoints, found, strict=True):
+            dispatcher.starting(endpoint, readiness.ready, readiness.reason)
+        answering = [e for e in endpoints if dispatcher.health(e) is Health.UP]
         model = await resolve_model(endpoints, cfg.model, max(cfg.wait_ready, _MODEL_WAIT_S))
         await check_max_tokens(endpoints, model, settings.max_tokens)
 
@@ -65,12 +69,11 @@ async def open_fleet(
             if check_shape is not None:
                 await check_shape(RequestShape(model, settings, policy))
 
-        policy = await settle_fields(endpoints, settings, model=model, compat=cfg.compat, prompt_paths=prompt_paths,
-                                     before_preflight=check_policy, token_ids=cfg.token_ids, note=note)
+        policy = await settle_fields(endpoints, answering, settings, model=model, compat=cfg.compat,
+                                     prompt_paths=prompt_paths, before_preflight=check_policy,
+                                     token_ids=cfg.token_ids, note=note)
         for endpoint in endpoints:
-            endpoint.counters.streamed_tokens = 0  # the preflight's one-token replies are not the run's work
-        dispatcher = Dispatcher(endpoints, DispatchSettings(failure_threshold=cfg.circuit_failures,
-                                                            default_capacity=cfg.slots))
+            endpoint.wire = WireCounters()  # the preflight's one-token replies are not the run's work
         yield Fleet(endpoints, dispatcher, RequestShape(model, settings, policy))
     finally:
         await asyncio.gather(*(e.aclose() for e in endpoints), return_exceptions=True)

@@ -53,6 +53,7 @@ class Run:
         self.swarm: Swarm | None = None
         self.source: PromptSource | None = None
         self.sink: ResultSink | None = None
+        self.fleet: Fleet | None = None
         self._companions: list[Companion] = []
 
     # -- prepare ---------------------------------------------------------------------------------------
@@ -100,7 +101,8 @@ class Run:
 
         fleet = await stack.enter_async_context(
             open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape))
-        self.stats.endpoints = [e.counters for e in fleet.endpoints]
+        self.stats.track(len(fleet.endpoints))
+        self.fleet = fleet
         await gate.record(paths)
         thinking = "on" if cfg.sampling.enable_thinking else "off"
         say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking {thinking}, "
@@ -153,7 +155,7 @@ class Run:
             return
         self.metrics = MetricsServer(view.metrics_host, view.metrics_port)
         stack.callback(self.metrics.close)
-        self.metrics.show(self.stats.snapshot())  # zeros from the first scrape, not an empty page
+        self.metrics.show(self.snapshot())  # zeros from the first scrape, not an empty page
         say(f"metrics: {self.metrics.url}")
 
     async def _turn_ledger(self, done_ids: set[str]) -> TurnLedger:
@@ -178,9 +180,8 @@ class Run:
     # -- run -------------------------------------------------------------------------------------------
 
     def snapshot(self) -> StatsSnapshot:
-        if self.uploader is not None:
-            self.stats.sync_lag_s = self.uploader.lag_seconds()
-        return self.stats.snapshot()
+        fleet = self.fleet.dispatcher.live() if self.fleet is not None else ()
+        return self.stats.snapshot(fleet, self.uploader.view() if self.uploader is not None else None)
 
     async def run(self) -> tuple[SwarmOutcome, SyncReport | None]:
         swarm, sink = self.swarm, self.sink
@@ -221,7 +222,7 @@ class Run:
     async def finish(self, outcome: SwarmOutcome, sync: SyncReport | None) -> int:
         source, sink = self.source, self.sink
         assert source is not None and sink is not None
-        final = self.stats.snapshot()
+        final = self.snapshot()
         print_summary(source.counts, final, outcome, sink.failures_path, turns=self.cfg.turns)
         linger = self.cfg.view.metrics_linger
         if self.metrics is not None:

@@ -160,7 +160,7 @@ class Generator:
                 raise MissingTokenIds(f"{endpoint.url} answered without the token ids --token-ids on asked for "
                                       f"({', '.join(endpoint.id_fields)})")
         except AttemptError as exc:
-            self.stats.record_error(endpoint.counters, exc.kind, str(exc))
+            self.stats.record_error(endpoint.index, exc.kind, str(exc))
             self.dispatcher.report_failure(endpoint, exc)
             raise
         self.dispatcher.report_success(endpoint)

@@ -14,7 +14,6 @@ import orjson
 
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
-from client.fleet.dispatcher import UP
 from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
 from client.fleet.token_ids import configure, describe, effective_kind, ids_policy
 from client.local.prompt_files import prompt_lines
@@ -42,14 +41,14 @@ def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
     return None
 
 
-async def settle_fields(endpoints: Sequence[Endpoint], settings: SamplingSettings, *, model: str, compat: str,
+async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpoint], settings: SamplingSettings, *,
+                        model: str, compat: str,
                         prompt_paths: Sequence[Path],
                         before_preflight: Callable[[FieldPolicy], Awaitable[None]] | None = None,
                         token_ids: str = "auto", note: Callable[[str], None] = say) -> FieldPolicy:
     """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight. Raises ConfigError (exit 2) on a
     refusal, before any prompt is sent. `before_preflight` sees the settled policy before any request is
     sent (the run's settings check)."""
-    answering = [e for e in endpoints if e.counters.state == UP]
     kinds = dict(zip((e.url for e in answering),
                      await asyncio.gather(*(detect_kind(e) for e in answering)), strict=True))
     policy = field_policy(compat, list(kinds.values()))

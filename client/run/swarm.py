@@ -255,7 +255,7 @@ class Swarm:
     def _write(self, record: ResultRecord, generation: Generation) -> None:
         self.sink.write_result(record)
         completion = generation.completion
-        self.stats.record_done(generation.endpoint.counters, completion.usage, completion.finish_reason)
+        self.stats.record_done(generation.endpoint.index, completion.usage, completion.finish_reason)
 
     def _write_failure(self, record_id: str, failed: GenerationFailed) -> None:
         endpoint = failed.endpoint.url if failed.endpoint is not None else None

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from client.core.durations import format_duration
 from client.core.errors import ManifestConflict, RegenError
 from client.core.ids import decode_ledger
+from client.core.stats import SyncView
 from client.local.sink import ClosedSegment
 from client.s3.manifest import (
     Manifest,
@@ -177,23 +177,14 @@ class SegmentUploader:
 
     # -- what the console shows ------------------------------------------------------------------------
 
-    def lag_seconds(self) -> float:
-        """How long the oldest closed segment has waited for S3; 0 when everything is stored."""
-        if not self._pending:
-            return 0.0
-        return max(0.0, time.time() - min(s.closed_at for s in self._pending.values()))
-
-    def lag_text(self) -> str:
-        if self.fatal is not None:
-            return "STOPPED: " + describe_error(self.fatal)
-        if not self._pending:
-            if self.last_error:
-                return f"manifest not stored yet; retrying: {self.last_error[:80]}"
-            return f"up to date ({self.uploaded} uploaded)"
-        size = sum(s.size for s in self._pending.values())
-        oldest = min(s.closed_at for s in self._pending.values())
-        text = (f"{len(self._pending)} seg {size / 1e6:.1f} MB pending, oldest {format_duration(time.time() - oldest)}")
-        return text + (f"; retrying: {self.last_error[:80]}" if self.last_error else "")
+    def view(self) -> SyncView:
+        """The uploader's state in numbers, for the run's snapshot (the console words it)."""
+        oldest = min((s.closed_at for s in self._pending.values()), default=None)
+        return SyncView(uploaded=self.uploaded, pending=len(self._pending),
+                        pending_bytes=sum(s.size for s in self._pending.values()),
+                        oldest_pending_s=None if oldest is None else max(0.0, time.time() - oldest),
+                        last_error=self.last_error,
+                        stopped="" if self.fatal is None else describe_error(self.fatal))
 
     def report(self) -> SyncReport:
         return SyncReport(self.uploaded, len(self._pending), sum(s.size for s in self._pending.values()),

@@ -8,6 +8,7 @@ path rule (client.wire.urls: `root + /v1/...`, `root + /health`); `url` is the b
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -21,13 +22,21 @@ from client.core.errors import (
     map_json_error,
 )
 from client.core.records import Completion
-from client.core.stats import EndpointCounters
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.sse import StreamParser
 from client.wire.transport import StreamingTransport
 from client.wire.urls import ServerURL
 
 CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass
+class WireCounters:
+    """What this endpoint's streams delivered; written only by the endpoint, read by the fleet's live view."""
+
+    streamed_tokens: int = 0  # completion tokens as they stream, failed attempts included
+    chunks: int = 0  # SSE events received, for the client-cost benchmark and debugging
+    reads: int = 0  # transport reads that delivered them
 T = TypeVar("T")
 
 
@@ -37,8 +46,8 @@ class Endpoint:
     def __init__(
         self,
         url: str,
-        counters: EndpointCounters,
         *,
+        index: int = 0,
         max_in_flight: int,
         idle_timeout: float = 300.0,
         connect_timeout: float = 10.0,
@@ -50,10 +59,9 @@ class Endpoint:
         except ValueError as exc:
             raise ConfigError(f"endpoint {exc}") from exc
         self.url = self.server.display  # never with credentials: this is what records and the console show
-        counters.url = self.url
-        self.counters = counters
+        self.index = index  # its place in the fleet, which stats and the dispatcher key on
         self.max_in_flight = max_in_flight
-        counters.max_in_flight = max_in_flight
+        self.wire = WireCounters()
         # What this server's requests carry to return the exact token ids, set once at start by
         # --token-ids (client.fleet.token_ids); empty: none asked for.
         self.id_fields: dict[str, bool] = {}
@@ -79,10 +87,6 @@ class Endpoint:
             proxy=self.route.proxy_url,
             trust_env=False,
         )
-
-    @property
-    def index(self) -> int:
-        return self.counters.index
 
     async def aclose(self) -> None:
         self._stream.close()
@@ -141,7 +145,7 @@ class Endpoint:
 
     async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
         parser = StreamParser()
-        counters = self.counters
+        counters = self.wire
         started = time.monotonic()
         first_output: list[float] = []
         reads = 0
