@@ -10,8 +10,8 @@ import pytest
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy
-from client.fleet.token_ids import configure, describe, effective_kind, ids_policy
-from client.wire.endpoint import Endpoint
+from client.fleet.kinds import ServerKind
+from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.wire.sglext import SGLANG_REQUEST_FIELDS, spec_from
 from client.wire.sse import StreamParser
 from launch.sim.tokens import DRAFT_TOKENS, cached_tokens, spec_details
@@ -140,13 +140,10 @@ def test_effective_kind(detected: str | None, compat: str, policy: FieldPolicy, 
     # A mixed fleet's policy allows ids where every kind gives them; each server asks in its own words.
     ("sglang", "on", ids_policy(MIX, "on", {"a": "sglang", "b": "vllm"}), SGLANG_REQUEST_FIELDS),
 ])
-async def test_configure(kind: str, mode: str, policy: FieldPolicy, expected: dict[str, bool]) -> None:
-    endpoint = Endpoint("http://127.0.0.1:9", index=0, max_in_flight=1)
-    try:
-        configure(endpoint, kind, mode, policy)
-        assert endpoint.id_fields == expected
-    finally:
-        await endpoint.aclose()
+def test_id_request(kind: str, mode: str, policy: FieldPolicy, expected: dict[str, bool]) -> None:
+    request = id_request("http://127.0.0.1:9", ServerKind(kind), mode, policy)
+    assert request.fields == expected
+    assert request.required == (mode == "on")
 
 
 @pytest.mark.parametrize(("seed", "tokens"), [(0, 1), (1, 2), (7, 100), (123, 5000)])
@@ -162,15 +159,9 @@ def test_simulated_spec_details_add_up(seed: int, tokens: int) -> None:
     assert 0 <= cached_tokens(seed, tokens) < max(tokens, 16)
 
 
-async def test_the_start_up_line_names_the_id_fields_each_server_gets() -> None:
-    endpoints = [Endpoint(f"http://127.0.0.1:{port}", index=i, max_in_flight=1)
-                 for i, port in enumerate((9, 10, 11))]
-    try:
-        for endpoint, kind in zip(endpoints, ("sglang", "vllm", "other"), strict=True):
-            configure(endpoint, kind, "auto", VLL)
-        line = describe("auto", endpoints)
-        assert line == ("--token-ids auto: 1 streaming with ids (" + ", ".join(SGLANG_REQUEST_FIELDS) + "); "
-                        "1 streaming with ids (return_token_ids); 1 streaming without ids")
-    finally:
-        for endpoint in endpoints:
-            await endpoint.aclose()
+def test_the_start_up_line_names_the_id_fields_each_server_gets() -> None:
+    requests = [id_request(f"http://127.0.0.1:{port}", ServerKind(kind), "auto", VLL)
+                for port, kind in ((9, "sglang"), (10, "vllm"), (11, "other"))]
+    line = describe("auto", requests)
+    assert line == ("--token-ids auto: 1 streaming with ids (" + ", ".join(SGLANG_REQUEST_FIELDS) + "); "
+                    "1 streaming with ids (return_token_ids); 1 streaming without ids")

@@ -83,6 +83,17 @@ def sampling_block(settings: SamplingSettings, policy: FieldPolicy) -> dict[str,
     return sent
 
 
+@dataclass(frozen=True, slots=True)
+class IdRequest:
+    """How one endpoint's requests ask for the exact token ids (client.fleet.token_ids)."""
+
+    fields: Mapping[str, bool] = field(default_factory=dict)  # what each request carries; empty: none asked
+    required: bool = False  # --token-ids on: a reply without the ids is a failed attempt
+
+
+_NO_IDS = IdRequest()
+
+
 def build_payload(
     prompt: Prompt,
     messages: list[dict[str, Any]],
@@ -94,24 +105,29 @@ def build_payload(
 ) -> dict[str, Any]:
     """`id_fields`: what this server's request carries to return the token ids (client.fleet.token_ids);
     sent only when the policy allows token ids."""
-    return RequestShape(model, settings, policy).payload(prompt, messages, id_fields)
+    return RequestShape(model, settings, policy, (IdRequest(id_fields or {}),)).payload(prompt, messages, 0)
 
 
 @dataclass(frozen=True)
 class RequestShape:
-    """What every request of a run carries, settled once after the preflight: the model, the settings, the
-    field policy. The payload and the recorded sampling both derive from `sampling`."""
+    """What every request of a run carries, settled once at start: the model, the settings, the field policy
+    and each endpoint's token-id fields (by endpoint index). The payload and the recorded sampling both
+    derive from `sampling`."""
 
     model: str
     settings: SamplingSettings
     policy: FieldPolicy
+    ids: tuple[IdRequest, ...] = ()
     sampling: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampling", sampling_block(self.settings, self.policy))
 
-    def payload(self, prompt: Prompt, messages: list[dict[str, Any]],
-                id_fields: Mapping[str, bool] | None = None) -> dict[str, Any]:
+    def ids_for(self, endpoint: int) -> IdRequest:
+        return self.ids[endpoint] if endpoint < len(self.ids) else _NO_IDS
+
+    def payload(self, prompt: Prompt, messages: list[dict[str, Any]], endpoint: int) -> dict[str, Any]:
+        """The request for `prompt` to the endpoint with index `endpoint`."""
         sampling = self.sampling
         payload: dict[str, Any] = {
             "model": self.model,
@@ -129,6 +145,7 @@ class RequestShape:
             payload["chat_template_kwargs"] = kwargs
         if prompt.tools:
             payload["tools"] = prompt.tools
+        id_fields = self.ids_for(endpoint).fields
         if id_fields and self.policy.allows("return_token_ids"):
             payload.update(id_fields)
         return payload

@@ -19,11 +19,12 @@ import orjson
 
 from client.core.errors import AttemptError, ConfigError, MissingTokenIds, RequestRejected
 from client.core.payload import FieldPolicy, SamplingSettings
+from client.fleet.kinds import ServerKind
 from client.fleet.token_ids import no_ids_refusal
 from client.wire.endpoint import Endpoint
 from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
-SGLANG, VLLM, OTHER = "sglang", "vllm", "other"
+SGLANG, VLLM, OTHER = ServerKind.SGLANG, ServerKind.VLLM, ServerKind.OTHER
 COMPAT_CHOICES = ("auto", SGLANG, VLLM, "openai")
 
 # `return_token_ids` stands for the token-id fields of the server's kind (client.fleet.token_ids).

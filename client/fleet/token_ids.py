@@ -16,28 +16,39 @@ request proves `on`: a server that answers it without ids stops the run (exit 2)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import enum
+from collections.abc import Mapping, Sequence
 
 from client.core.errors import ConfigError
-from client.core.payload import FieldPolicy
-from client.wire.endpoint import Endpoint
+from client.core.payload import FieldPolicy, IdRequest
+from client.fleet.kinds import ServerKind, kind_named
 from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
-TOKEN_IDS_CHOICES = ("auto", "on", "off")
+
+class TokenIds(enum.StrEnum):
+    AUTO = "auto"  # wherever a server can give them
+    ON = "on"  # every server must; a reply without them is a failed attempt
+    OFF = "off"  # never asked for
+
+
+TOKEN_IDS_CHOICES = tuple(mode.value for mode in TokenIds)
 _FIELD = "return_token_ids"
-_SGLANG, _VLLM = "sglang", "vllm"
 # What a request of each kind carries to get its ids back.
-ID_FIELDS_BY_KIND: dict[str, dict[str, bool]] = {_VLLM: {"return_token_ids": True}, _SGLANG: SGLANG_REQUEST_FIELDS}
+ID_FIELDS_BY_KIND: dict[ServerKind, dict[str, bool]] = {ServerKind.VLLM: {"return_token_ids": True},
+                                                        ServerKind.SGLANG: SGLANG_REQUEST_FIELDS}
 
 
-def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> str:
+def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> ServerKind:
     """The kind whose id path a server takes: `--compat sglang|vllm` is the user's word for every server;
     a server not detected (down at start) is taken to be the run's kind."""
-    if compat in (_SGLANG, _VLLM):
-        return compat
-    if detected is not None:
-        return detected
-    return policy.name if policy.name in (_SGLANG, _VLLM) else "other"
+    forced = kind_named(compat)
+    if forced is not None and forced.gives_token_ids:
+        return forced
+    found = kind_named(detected)
+    if found is not None:
+        return found
+    named = kind_named(policy.name)
+    return named if named is not None and named.gives_token_ids else ServerKind.OTHER
 
 
 def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> FieldPolicy:
@@ -49,7 +60,7 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
         return FieldPolicy(policy.extensions - {_FIELD}, policy.name)
     if mode == "auto":
         return policy
-    without = sorted(url for url, kind in kinds.items() if kind not in (_SGLANG, _VLLM))
+    without = sorted(url for url, kind in kinds.items() if not ServerKind(kind).gives_token_ids)
     if without:
         raise ConfigError(f"--token-ids on: {', '.join(without)} is neither SGLang nor vLLM (as detected from "
                           "/v1/models owned_by and /server_info), and no other server kind returns the token ids "
@@ -66,27 +77,26 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
     return FieldPolicy(policy.extensions | {_FIELD}, policy.name)
 
 
-def configure(endpoint: Endpoint, kind: str, mode: str, policy: FieldPolicy) -> None:
-    """Set which fields this endpoint's requests carry to get the ids (none where it cannot give them).
+def id_request(url: str, kind: ServerKind, mode: str, policy: FieldPolicy) -> IdRequest:
+    """Which fields this endpoint's requests carry to get the ids (none where it cannot give them).
 
     ConfigError under `on` for an endpoint whose kind is unknown: one that did not answer at start in a
     fleet that mixes kinds (an answering one of another kind was refused by `ids_policy`). It would join
     later and write its records without ids."""
-    if mode == "on" and kind not in (_SGLANG, _VLLM):
-        raise ConfigError(f"--token-ids on: {endpoint.url} was not ready at start, and this fleet mixes server "
+    if mode == TokenIds.ON and not kind.gives_token_ids:
+        raise ConfigError(f"--token-ids on: {url} was not ready at start, and this fleet mixes server "
                           "kinds, so how it would give token ids is unknown; its records would have none. Start "
                           "once it is ready, leave it out of --endpoints, pass --compat sglang|vllm if every "
                           "server is that kind, or use --token-ids auto (ids where a server gives them).")
-    wants_ids = policy.allows(_FIELD) and mode != "off"
-    endpoint.id_fields = ID_FIELDS_BY_KIND.get(kind, {}) if wants_ids else {}
-    endpoint.ids_required = mode == "on"
+    wants_ids = policy.allows(_FIELD) and mode != TokenIds.OFF
+    return IdRequest(ID_FIELDS_BY_KIND.get(kind, {}) if wants_ids else {}, required=mode == TokenIds.ON)
 
 
-def describe(mode: str, endpoints: list[Endpoint]) -> str:
+def describe(mode: str, requests: Sequence[IdRequest]) -> str:
     """One line for the start-up log: where the ids come from."""
     by_fields: dict[str, int] = {}
-    for endpoint in endpoints:
-        fields = ", ".join(endpoint.id_fields) if endpoint.id_fields else ""
+    for request in requests:
+        fields = ", ".join(request.fields)
         by_fields[fields] = by_fields.get(fields, 0) + 1
     parts = [f"{count} streaming with ids ({fields})" for fields, count in by_fields.items() if fields]
     if "" in by_fields:

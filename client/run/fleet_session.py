@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
+from client.core.payload import RequestShape, SamplingSettings
 from client.fleet.dispatcher import Dispatcher, DispatchSettings, Health
 from client.fleet.options import FleetConfig
 from client.fleet.startup import check_max_tokens, check_reachable, resolve_model
@@ -65,15 +65,11 @@ async def open_fleet(
         model = await resolve_model(endpoints, cfg.model, max(cfg.wait_ready, _MODEL_WAIT_S))
         await check_max_tokens(endpoints, model, settings.max_tokens)
 
-        async def check_policy(policy: FieldPolicy) -> None:
-            if check_shape is not None:
-                await check_shape(RequestShape(model, settings, policy))
-
-        policy = await settle_fields(endpoints, answering, settings, model=model, compat=cfg.compat,
-                                     prompt_paths=prompt_paths, before_preflight=check_policy,
-                                     token_ids=cfg.token_ids, note=note)
+        shape = await settle_fields(endpoints, answering, settings, model=model, compat=cfg.compat,
+                                    prompt_paths=prompt_paths, before_preflight=check_shape,
+                                    token_ids=cfg.token_ids, note=note)
         for endpoint in endpoints:
             endpoint.wire = WireCounters()  # the preflight's one-token replies are not the run's work
-        yield Fleet(endpoints, dispatcher, RequestShape(model, settings, policy))
+        yield Fleet(endpoints, dispatcher, shape)
     finally:
         await asyncio.gather(*(e.aclose() for e in endpoints), return_exceptions=True)

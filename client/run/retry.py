@@ -148,7 +148,8 @@ class Generator:
 
     async def _attempt(self, endpoint: Endpoint, prompt: Prompt,
                        messages: list[dict[str, Any]]) -> tuple[Completion, float | None]:
-        body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.id_fields))
+        body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index))
+        ids = self.shape.ids_for(endpoint.index)
         try:
             try:
                 # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
@@ -156,9 +157,9 @@ class Generator:
                     completion, ttft = await endpoint.stream_chat(body)
             finally:
                 self.dispatcher.release(endpoint)
-            if endpoint.ids_required and not completion.completion_token_ids:
+            if ids.required and not completion.completion_token_ids:
                 raise MissingTokenIds(f"{endpoint.url} answered without the token ids --token-ids on asked for "
-                                      f"({', '.join(endpoint.id_fields)})")
+                                      f"({', '.join(ids.fields)})")
         except AttemptError as exc:
             self.stats.record_error(endpoint.index, exc.kind, str(exc))
             self.dispatcher.report_failure(endpoint, exc)

@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
-from client.core.payload import FieldPolicy, SamplingSettings, build_payload
+from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
 from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
-from client.fleet.token_ids import configure, describe, effective_kind, ids_policy
+from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.local.prompt_files import prompt_lines
 from client.run.console import say
 from client.wire.endpoint import Endpoint
@@ -44,34 +44,33 @@ def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
 async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpoint], settings: SamplingSettings, *,
                         model: str, compat: str,
                         prompt_paths: Sequence[Path],
-                        before_preflight: Callable[[FieldPolicy], Awaitable[None]] | None = None,
-                        token_ids: str = "auto", note: Callable[[str], None] = say) -> FieldPolicy:
-    """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight. Raises ConfigError (exit 2) on a
-    refusal, before any prompt is sent. `before_preflight` sees the settled policy before any request is
-    sent (the run's settings check)."""
+                        before_preflight: Callable[[RequestShape], Awaitable[None]] | None = None,
+                        token_ids: str = "auto", note: Callable[[str], None] = say) -> RequestShape:
+    """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight; the settled RequestShape.
+    Raises ConfigError (exit 2) on a refusal, before any prompt is sent. `before_preflight` sees the shape
+    before any request is sent (the run's settings check)."""
     kinds = dict(zip((e.url for e in answering),
                      await asyncio.gather(*(detect_kind(e) for e in answering)), strict=True))
     policy = field_policy(compat, list(kinds.values()))
     effective = {e.url: effective_kind(kinds.get(e.url), compat, policy) for e in endpoints}
     policy = ids_policy(policy, token_ids, {url: effective[url] for url in kinds})
-    for endpoint in endpoints:
-        configure(endpoint, effective[endpoint.url], token_ids, policy)
+    shape = RequestShape(model, settings, policy,
+                         tuple(id_request(e.url, effective[e.url], token_ids, policy) for e in endpoints))
     check_settings_fit(settings, policy)
     census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
     extensions = ", ".join(sorted(policy.extensions)) or "none"
     note(f"servers: {census or 'none answering yet'}; --compat {compat}: extension fields sent: {extensions}")
-    note(describe(token_ids, list(endpoints)))
+    note(describe(token_ids, shape.ids))
     if before_preflight is not None:
-        await before_preflight(policy)
+        await before_preflight(shape)
     tools = await asyncio.to_thread(first_tools, list(prompt_paths))
     probe = Prompt(id="preflight", messages=[{"role": "user", "content": PREFLIGHT_MESSAGE}], tools=tools,
                    meta=None, source="preflight", line=0)
 
     def build(endpoint: Endpoint) -> dict[str, Any]:
-        return build_payload(probe, probe.messages, settings, model=model, policy=policy,
-                             id_fields=endpoint.id_fields)
+        return shape.payload(probe, probe.messages, endpoint.index)
 
     results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
     passed = sum(result.ok for result in results)
     note(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
-    return policy
+    return shape

@@ -62,10 +62,6 @@ class Endpoint:
         self.index = index  # its place in the fleet, which stats and the dispatcher key on
         self.max_in_flight = max_in_flight
         self.wire = WireCounters()
-        # What this server's requests carry to return the exact token ids, set once at start by
-        # --token-ids (client.fleet.token_ids); empty: none asked for.
-        self.id_fields: dict[str, bool] = {}
-        self.ids_required = False  # --token-ids on: a reply without ids is a failed attempt (MissingTokenIds)
         self.idle_timeout = idle_timeout
         self.last_error: AttemptError | None = None  # why the last health check got no answer
         headers = {"content-type": "application/json", "user-agent": "regen-swarm", "accept-encoding": "identity"}
