@@ -90,6 +90,9 @@ class Script:
     tool_calls: tuple[ToolCallScript, ...]
     capped: bool  # the reply ran into the context cap (--max-gen-tokens)
     text_seed: int
+    # (position, characters): that position's text keeps only its first characters. A reply cut where a
+    # tokenizer's count reaches max_tokens ends inside a word piece (launch.sim.app).
+    trim: tuple[int, int] | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -313,6 +316,20 @@ class ReplyCursor:
         self.position = 0
 
     def advance(self, upto: int) -> list[Piece]:
+        trim = self.script.trim
+        if trim is None or not self.position <= trim[0] < min(upto, self.script.total_tokens):
+            return self._advance(upto)
+        at, chars = trim
+        pieces = self._advance(at)
+        last = self._advance(at + 1)[-1]
+        last = Piece(last.phase, last.text[:chars], last.call)
+        if pieces and (pieces[-1].phase, pieces[-1].call) == (last.phase, last.call):
+            pieces[-1] = Piece(last.phase, pieces[-1].text + last.text, last.call)
+        else:
+            pieces.append(last)
+        return pieces + self._advance(upto)
+
+    def _advance(self, upto: int) -> list[Piece]:
         s = self.script
         start, end = self.position, min(upto, s.total_tokens)
         if end <= start:
