@@ -22,6 +22,7 @@ import pytest
 from launch.sim.__main__ import config_from_args
 from launch.sim.config import SimConfig
 from launch.sim.render import content_format
+from launch.sim.script import build_script
 from launch.sim.server import SimServer
 from launch.sim.tokens import SimTokenizer
 from tests.tokenizer_fixture import TEMPLATE_PATH, tiny_tokenizer_dir
@@ -176,3 +177,22 @@ async def test_the_reply_stops_at_max_tokens_as_its_tokenizer_counts(tmp_path: P
     field = "reasoning_content" if thinking else "content"
     streamed = "".join(e["choices"][0]["delta"].get(field) or "" for e in events if e["choices"])
     assert streamed == choice["message"][field]
+
+
+async def test_a_reply_that_ends_by_itself_in_pieces_but_not_in_tokens_is_cut(tmp_path: Path) -> None:
+    """Under max_tokens by the script's count, over it by the tokenizer's: the tokenizer decides."""
+    folder = _layout(tmp_path, template=TEMPLATE_PATH.read_text(), in_config=True)
+    config = SimConfig(mean_tokens=20, max_gen_tokens=200)
+    cap = 30
+    bodies = [{"model": "m", "messages": [{"role": "user", "content": f"Question {i}?"}], "max_tokens": cap}
+              for i in range(40)]
+    by_pieces = [b for b in bodies if build_script(b, True, config).cut(cap)[1] == "stop"]
+    assert by_pieces, "some replies end by themselves within max_tokens word pieces"
+    async with serving(folder) as client:
+        answers = [(await client.post("/v1/chat/completions", json={**b, "return_token_ids": True})).json()
+                   for b in by_pieces]
+    counted = [len(a["choices"][0]["response_token_ids"]) for a in answers]
+    assert all(n <= cap for n in counted)
+    cut = [a for a in answers if a["choices"][0]["finish_reason"] == "length"]
+    assert cut, "the tokenizer counts some of them past max_tokens"
+    assert all(a["usage"]["completion_tokens"] >= cap - 1 for a in cut)
