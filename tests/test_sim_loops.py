@@ -135,3 +135,20 @@ def test_bad_values_are_refused_by_name(argv: list[str], capsys: pytest.CaptureF
         config_from_args(argv)
     assert exit_info.value.code == 2
     assert f"argument {argv[0]}:" in capsys.readouterr().err
+
+
+async def test_a_heavy_tail_reply_is_served_as_its_script_says() -> None:
+    settings = {"mean_tokens": 50, "max_gen_tokens": 3000, "think_tail_rate": 0.5, "think_tail_alpha": 0.9}
+    config = SimConfig(**settings)
+    requests = [{**body(i), "max_tokens": None} for i in range(30)]
+    async with serving(**settings) as client:
+        served = [(await client.post("/v1/chat/completions", json=r)).json() for r in requests]
+    plain = SimConfig(mean_tokens=50, max_gen_tokens=3000)
+    tail = 0
+    for request, answer in zip(requests, served, strict=True):
+        script = build_script(request, True, config)
+        tail += script.reasoning_tokens != build_script(request, True, plain).reasoning_tokens
+        usage = answer["usage"]
+        assert usage["reasoning_tokens"] == script.reasoning_tokens
+        assert answer["choices"][0]["finish_reason"] == ("length" if script.capped else "stop")
+    assert 5 <= tail <= 25
