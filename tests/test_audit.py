@@ -62,6 +62,7 @@ def test_healthy_simulated_run_passes(tmp_path: Path, fleet_factory: Any) -> Non
     assert data["counts"]["records"] == 150
     assert data["ids"] == {**data["ids"], "missing": 0, "duplicated": 0, "unknown": 0, "prompts": 150}
     assert data["reasoning"]["empty"] == 0
+    assert data["loops"]["records"] == 0  # the simulator loops only when asked (--loop-rate)
     assert data["tool_calls"]["calls"] > 10 and not data["tool_calls"]["invalid"]
     assert set(data["endpoints"]) == set(fleet.urls)
     assert list(data["models"]) == ["Qwen/Qwen3.6-27B"]

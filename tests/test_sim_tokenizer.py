@@ -22,6 +22,7 @@ import pytest
 from launch.sim.__main__ import config_from_args
 from launch.sim.config import SimConfig
 from launch.sim.render import content_format
+from launch.sim.script import build_script
 from launch.sim.server import SimServer
 from launch.sim.tokens import SimTokenizer
 from tests.tokenizer_fixture import TEMPLATE_PATH, tiny_tokenizer_dir
@@ -49,8 +50,9 @@ def _layout(root: Path, *, template: str | None, in_config: bool) -> Path:
 
 
 @asynccontextmanager
-async def serving(folder: Path) -> AsyncIterator[httpx.AsyncClient]:
-    config = SimConfig(port=0, speed=500.0, mean_tokens=20, max_gen_tokens=200, tokenizer=str(folder))
+async def serving(folder: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    config = SimConfig(**{"port": 0, "speed": 500.0, "mean_tokens": 20, "max_gen_tokens": 200,
+                          "tokenizer": str(folder), **settings})
     async with SimServer(config) as srv, httpx.AsyncClient(base_url=srv.url, timeout=10.0) as client:
         yield client
 
@@ -133,3 +135,64 @@ async def test_history_arguments_that_are_not_json_are_a_400(tmp_path: Path) -> 
         resp = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
     assert resp.status_code == 400
     assert resp.json()["message"] == "Assistant tool call function.arguments must be valid JSON."
+
+
+def _events(text: str) -> list[dict[str, Any]]:
+    return [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "no_thinking"])
+@pytest.mark.parametrize("max_tokens", [60, 7, 1, None], ids=["max_60", "max_7", "max_1", "context_end"])
+async def test_the_reply_stops_at_max_tokens_as_its_tokenizer_counts(tmp_path: Path, max_tokens: int | None,
+                                                                      thinking: bool) -> None:
+    """The script counts word pieces; the tiny tokenizer splits most of them into several tokens. An engine
+    never generates past max_tokens (or the context's end), so the sim cuts where the tokenizer's count
+    reaches the cap, streaming or not, and says "length"."""
+    folder = _layout(tmp_path, template=TEMPLATE_PATH.read_text(), in_config=True)
+    messages = [{"role": "user", "content": "Tell me about the weather in Paris."}]
+    body: dict[str, Any] = {"model": "m", "messages": messages,
+                            "chat_template_kwargs": {"enable_thinking": thinking}}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    async with serving(folder, mean_tokens=2000, max_gen_tokens=4000, context_length=600) as client:
+        whole = (await client.post("/v1/chat/completions", json={**body, "return_token_ids": True})).json()
+        stream = await client.post("/v1/chat/completions", json={
+            **body, "stream": True, "return_output_ids_in_sglext": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    prompt = len(whole["choices"][0]["prompt_token_ids"])
+    cap = max_tokens if max_tokens is not None else 600 - prompt
+    choice, usage = whole["choices"][0], whole["usage"]
+    assert choice["finish_reason"] == "length"
+    assert len(choice["response_token_ids"]) == usage["completion_tokens"]
+    # The cap, or one short where a character is more than one byte token and the cap fell inside it.
+    assert cap - 1 <= usage["completion_tokens"] <= cap
+    events = _events(stream.text)
+    (finish,) = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0].get(
+        "finish_reason")]
+    (ext,) = [e["sglext"] for e in events if "sglext" in e]
+    running = [e["usage"]["completion_tokens"] for e in events if e.get("usage")]
+    assert finish == "length"
+    assert ext["output_ids"] == [choice["response_token_ids"]]
+    assert running[-1] == usage["completion_tokens"] and max(running) <= cap
+    field = "reasoning_content" if thinking else "content"
+    streamed = "".join(e["choices"][0]["delta"].get(field) or "" for e in events if e["choices"])
+    assert streamed == choice["message"][field]
+
+
+async def test_a_reply_that_ends_by_itself_in_pieces_but_not_in_tokens_is_cut(tmp_path: Path) -> None:
+    """Under max_tokens by the script's count, over it by the tokenizer's: the tokenizer decides."""
+    folder = _layout(tmp_path, template=TEMPLATE_PATH.read_text(), in_config=True)
+    config = SimConfig(mean_tokens=20, max_gen_tokens=200)
+    cap = 30
+    bodies = [{"model": "m", "messages": [{"role": "user", "content": f"Question {i}?"}], "max_tokens": cap}
+              for i in range(40)]
+    by_pieces = [b for b in bodies if build_script(b, True, config).cut(cap)[1] == "stop"]
+    assert by_pieces, "some replies end by themselves within max_tokens word pieces"
+    async with serving(folder) as client:
+        answers = [(await client.post("/v1/chat/completions", json={**b, "return_token_ids": True})).json()
+                   for b in by_pieces]
+    counted = [len(a["choices"][0]["response_token_ids"]) for a in answers]
+    assert all(n <= cap for n in counted)
+    cut = [a for a in answers if a["choices"][0]["finish_reason"] == "length"]
+    assert cut, "the tokenizer counts some of them past max_tokens"
+    assert all(a["usage"]["completion_tokens"] >= cap - 1 for a in cut)

@@ -18,6 +18,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from client.audit import loops
 from client.audit.accept import render as render_accept
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, mixed_settings, scan_results
@@ -30,7 +31,8 @@ EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 DESCRIPTION = """\
 Audit the results of a run: counts, an exactly-once check against the prompt set, finish reasons,
 the completion-length distribution, stub-like replies, empty reasoning where thinking was on, tool-call
-validity (arguments parse as JSON and match the tool's schema), and the mix per endpoint and model.
+validity (arguments parse as JSON and match the tool's schema), replies that loop (the end repeats one
+block) and the tokens they cost, and the mix per endpoint and model.
 Segments are streamed; a million records need little memory. Ends with a plain verdict.
 """
 
@@ -115,7 +117,10 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
     if truncated > limits.warn_truncated_share:
         found.append(Finding("warn", f"{truncated:.0%} of completions hit max_tokens (finish_reason length); "
                                      "consider a larger cap"))
-    odd = {k: v for k, v in scan.finish.items() if k not in ("stop", "length", "tool_calls")}
+    looping = loops.finding(scan.loops.summary(n, sum(scan.lengths)))
+    if looping:
+        found.append(Finding("warn", looping))
+    odd = {k: v for k, v in scan.finish.items() if k not in ("stop", "length", "tool_calls", loops.REPETITION)}
     if odd:
         found.append(Finding("warn", "unusual finish reasons: " + ", ".join(f"{k}: {v:,}" for k, v in odd.items())))
     if scan.no_usage:
@@ -192,6 +197,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "sampling": [{"sampling": block, "records": count} for block, count in scan.sampling_mix()],
         "endpoints": {url: asdict(mix) for url, mix in sorted(scan.endpoints.items())},
         "accept_length": scan.accept.summary(),
+        "loops": scan.loops.summary(n, sum(ordered)),
         "unreadable_examples": [str(b) for b in report.examples],
     }
 
@@ -223,6 +229,7 @@ def render(data: dict[str, Any], console: Console) -> None:
     table.add_row("tool calls", f"{calls['calls']:,} in {calls['records_with_calls']:,} record(s); invalid {invalid:,}"
                   + (f" ({', '.join(f'{k} {v}' for k, v in calls['invalid'].items())})" if invalid else "")
                   + (f"; cut off by max_tokens {calls['truncated']:,}" if calls["truncated"] else ""))
+    table.add_row("loops", loops.row(data["loops"]))
     table.add_row("models", ", ".join(f"{m} {c:,}" for m, c in data["models"].items()))
     if counts["with_diverged_field"]:
         table.add_row("diverged", f"{counts['diverged']:,} of {counts['with_diverged_field']:,}")
@@ -236,7 +243,8 @@ def render(data: dict[str, Any], console: Console) -> None:
     console.print(mix)
     render_accept(data["accept_length"], console)
     shown = (("stub-like", stubs["examples"] if stubs["share"] > 0.01 else []),
-             ("invalid tool calls", calls["examples"]), ("unreadable lines", data["unreadable_examples"]))
+             ("invalid tool calls", calls["examples"]), ("looping replies", data["loops"]["examples"]),
+             ("unreadable lines", data["unreadable_examples"]))
     for label, examples in shown:
         if examples:
             console.print(f"[bold]{label}, e.g.:[/bold]")

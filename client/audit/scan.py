@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from client.audit.accept import AcceptLengths
+from client.audit.loops import Loops
 from client.core.ids import id_hash, leading_id
 from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
@@ -76,6 +77,7 @@ class Scan:
     conversation_events: int = 0
     samplings: Counter[bytes] = field(default_factory=Counter)  # canonical sampling block -> records
     accept: AcceptLengths = field(default_factory=AcceptLengths)  # MTP accept length, where records carry `spec`
+    loops: Loops = field(default_factory=Loops)  # replies whose end repeats one block
 
     def duplicate_events(self) -> int:
         """Multi-turn events written more than once (extra lines)."""
@@ -133,6 +135,7 @@ class Scan:
         mix.stubs += stub or short
         mix.truncated += finish_name == "length"
         self.accept.add(record)
+        self.loops.add(where, record, tokens)
         if "diverged" in record:
             self.diverged_field += 1
             self.diverged += bool(record["diverged"])

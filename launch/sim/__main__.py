@@ -27,6 +27,7 @@ lone stream and ~1.6K tok/s per rank at a full batch of 64 (x tokens-per-chunk w
 Fault rates are shares of one uniform draw per request, taken in the order listed."""
 
 
+# The launcher does not depend on the client (an import-linter contract), so these checkers are its own.
 def _rate(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -38,6 +39,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
 
 
@@ -89,6 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     g.add_argument("--tool-call-rate", type=_rate, default=d.tool_call_rate,
                    help="share of requests with tools that answer with tool calls (default: %(default)s)")
+    g.add_argument("--loop-rate", type=_rate, default=d.loop_rate,
+                   help="share of replies that loop: after a normal start one passage of 12-120 word pieces "
+                        "repeats (in the reasoning; in the content without thinking) until max_tokens or "
+                        "--max-gen-tokens, finish_reason length; which prompts loop follows from their content "
+                        "and --seed (default: %(default)s)")
+    g.add_argument("--think-tail-rate", type=_rate, default=d.think_tail_rate,
+                   help="share of thinking replies whose reasoning length is drawn from a heavy tail: Pareto "
+                        "from --mean-tokens with exponent --think-tail-alpha (default: %(default)s, off)")
+    g.add_argument("--think-tail-alpha", type=_positive_float, default=d.think_tail_alpha,
+                   help="exponent of that tail; smaller is heavier, 1.2 gives a median of 1.8x and a mean of "
+                        "6x --mean-tokens before the cap (default: %(default)s)")
     g.add_argument("--reasoning-field", choices=["reasoning_content", "reasoning"], default=d.reasoning_field,
                    help="delta/message field of the reasoning text; 'reasoning' is vLLM's (default: %(default)s)")
     g.add_argument("--omit-done", action="store_true", help="never send data: [DONE]")
@@ -138,6 +157,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
         batch_cost=a.batch_cost, prefill_ms_per_1k=a.prefill_ms_per_1k, tokens_per_chunk=a.tokens_per_chunk,
         random_chunk=a.random_chunk, max_total_tokens=a.max_total_tokens, startup_delay=a.startup_delay,
         mean_tokens=a.mean_tokens, max_gen_tokens=a.max_gen_tokens, tool_call_rate=a.tool_call_rate,
+        loop_rate=a.loop_rate, think_tail_rate=a.think_tail_rate, think_tail_alpha=a.think_tail_alpha,
         reasoning_field=a.reasoning_field, omit_done=a.omit_done, omit_nulls=a.omit_nulls,
         strict_model=a.strict_model, faults=faults, log_level=a.log_level, tokenizer=a.tokenizer,
         context_length=a.context_length, tool_call_parser=a.tool_call_parser,

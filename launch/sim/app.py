@@ -29,7 +29,7 @@ from launch.sim.faults import Fault, FaultInjector, FaultKind
 from launch.sim.render import TemplateInputError
 from launch.sim.request import ChatRequest, Refusal, bad, check_lengths, parse
 from launch.sim.script import ReplyCursor, Script, build_script
-from launch.sim.tokens import SimTokenizer, cached_tokens, spec_details
+from launch.sim.tokens import CompletionIds, SimTokenizer, cached_tokens, spec_details
 
 
 class SimState:
@@ -96,7 +96,7 @@ class _Prepared:
     """A request checked and planned: its script, the cut, and the ids when there is a tokenizer."""
 
     def __init__(self, st: SimState, req: ChatRequest) -> None:
-        cfg = st.config
+        cfg = self.cfg = st.config
         self.req = req
         self.prompt_ids = st.tokenizer.prompt_ids(req.body) if st.tokenizer is not None else None
         script = build_script(req.body, req.thinking, cfg)
@@ -110,13 +110,14 @@ class _Prepared:
         # The whole reply's text, for the non-streaming message and the ids; a plain stream makes it as it goes.
         self.message: dict[str, Any] = {}
         if st.tokenizer is not None or not req.stream:
-            self.message = wire.message(ReplyCursor(script).advance(self.target), script, cfg.reasoning_field,
-                                        strip_before_calls=cfg.tool_call_parser == "qwen")
+            self.message = self._message(self.target)
         self.output_ids: list[int] | None = None
         reasoning = script.reasoning_in(self.target)
         completion = self.target
         if st.tokenizer is not None:
             ids = st.tokenizer.completion_ids(req.body, req.thinking, self.message, self.finish)
+            if len(ids.ids) > cap:
+                ids = self._fit(st.tokenizer, cap)
             self.output_ids, completion, reasoning = ids.ids, len(ids.ids), ids.reasoning_tokens
         if not self.target and req.thinking:
             # At max_tokens 0 SGLang still counts the one token its prefill sampled (and dropped) as reasoning.
@@ -124,6 +125,46 @@ class _Prepared:
         self.tally = Tally(script.prompt_tokens, completion, reasoning, self.target)
         stop_id = st.tokenizer.eos_id if st.tokenizer is not None else STOP_TOKEN_ID
         self.stop_id = stop_id if self.finish in ("stop", "tool_calls") else None
+
+    def _message(self, upto: int, script: Script | None = None) -> dict[str, Any]:
+        script = script or self.script
+        return wire.message(ReplyCursor(script).advance(upto), script, self.cfg.reasoning_field,
+                            strip_before_calls=self.cfg.tool_call_parser == "qwen")
+
+    def _fit(self, tokenizer: SimTokenizer, cap: int) -> CompletionIds:
+        """Cut the reply where the tokenizer's count reaches `cap`, as an engine stops at max_tokens.
+
+        The script counts word pieces, and a word piece may be several of the tokenizer's tokens, so the
+        reply the script cut at `cap` pieces can tokenize to more than `cap` tokens. Bisection finds the
+        longest run of whole pieces whose ids fit (the count grows with the run), then the longest start
+        of the next piece that still fits is kept too, so the count lands on `cap` but for a token that
+        only the piece's next character would have completed. The reply ends there, finish_reason "length"."""
+        body, thinking = self.req.body, self.req.thinking
+
+        def count(upto: int, script: Script) -> CompletionIds:
+            return tokenizer.completion_ids(body, thinking, self._message(upto, script), "length")
+
+        fits, over = 0, self.target  # script positions known to fit, and known not to
+        best = count(0, self.script)
+        while over - fits > 1:
+            mid = (fits + over) // 2
+            ids = count(mid, self.script)
+            if len(ids.ids) <= cap:
+                fits, best = mid, ids
+            else:
+                over = mid
+        cursor = ReplyCursor(self.script)
+        cursor.advance(fits)
+        partial = cursor.advance(fits + 1)
+        self.finish, self.target = "length", fits
+        for chars in range(len(partial[-1].text) - 1 if partial else 0, 0, -1):
+            trimmed = dataclasses.replace(self.script, trim=(fits, chars))
+            ids = count(fits + 1, trimmed)
+            if len(ids.ids) <= cap:
+                self.script, self.target, best = trimmed, fits + 1, ids
+                break
+        self.message = self._message(self.target)
+        return best
 
     def sglext(self) -> dict[str, Any]:
         """The `SglExt` fields asked for, in its field order."""

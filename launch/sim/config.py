@@ -62,6 +62,12 @@ class SimConfig:
     mean_tokens: int = 1500
     max_gen_tokens: int = 32_768
     tool_call_rate: float = 0.6
+    # Replies that loop until the cap (launch.sim.script): a share of prompts, chosen by the content and --seed.
+    loop_rate: float = 0.0
+    # A heavier thinking tail: this share of thinking replies draws its reasoning length from a Pareto
+    # distribution starting at mean_tokens with this exponent (0 keeps the plain length model).
+    think_tail_rate: float = 0.0
+    think_tail_alpha: float = 1.2
     # protocol
     reasoning_field: ReasoningField = "reasoning_content"
     omit_done: bool = False
@@ -87,6 +93,11 @@ class SimConfig:
             raise ValueError("context_length must be at least 2")
         if self.mean_tokens < 1 or self.max_gen_tokens < 1:
             raise ValueError("mean_tokens and max_gen_tokens must be at least 1")
+        for name in ("tool_call_rate", "loop_rate", "think_tail_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.think_tail_alpha <= 0:
+            raise ValueError(f"think_tail_alpha must be positive, got {self.think_tail_alpha}")
         for name in ("fail_500", "fail_429", "drop_stream", "stall_stream", "error_event"):
             rate = getattr(self.faults, name)
             if not 0.0 <= rate <= 1.0:

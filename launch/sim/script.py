@@ -5,6 +5,16 @@ server seed, hashed with blake2b, so the same request always gets the same reply
 and a shorter `max_tokens` gives a prefix of the longer reply. One "token" is one short word piece.
 Token positions are laid out as: reasoning, then content, then each tool call (one token for the call's
 markup, then one token per argument fragment).
+
+Two failure shapes of real thinking models can be asked for, both drawn per prompt from the content and
+the seed (a draw of their own, so the rest of a reply is the same whatever their rates, and a prompt that
+loops at one --loop-rate loops at every larger one):
+- a loop (`--loop-rate`): the reply starts as usual, then repeats one passage (an opener such as
+  "\n\nWait," and 11-119 more word pieces) until max_tokens or --max-gen-tokens cut it, thinking never
+  closed (content, without thinking), no tool calls: Qwen3's repetition failure;
+- a heavy thinking tail (`--think-tail-rate`): the reasoning length is drawn from a Pareto distribution
+  that starts at --mean-tokens with exponent --think-tail-alpha (1.2: a median of 1.8x and a mean of 6x
+  --mean-tokens before the cap), so long thinkers reach the cap far more often than the body's tail does.
 """
 
 from __future__ import annotations
@@ -28,6 +38,11 @@ _BODY_SIGMA = 0.9
 _BODY_MEAN_SHARE = 0.7
 _TAIL_ALPHA = 1.6
 _NO_THINK_SHARE = 0.35
+# A loop repeats one passage of this many word pieces, opened by one of the openers; it sets in after this
+# share of the reply's own length.
+_LOOP_BLOCK = (12, 120)
+_LOOP_OPENERS = ("\n\nWait,", "\n\nHmm,", "\n\nLet me check again:", "\n\nSo", "\n\nActually,")
+_LOOP_ONSET = (0.05, 0.5)
 
 _WORDS = (
     "the", "a", "we", "need", "to", "check", "whether", "this", "value", "is", "correct", "so", "let",
@@ -90,6 +105,12 @@ class Script:
     tool_calls: tuple[ToolCallScript, ...]
     capped: bool  # the reply ran into the context cap (--max-gen-tokens)
     text_seed: int
+    # (position, characters): that position's text keeps only its first characters. A reply cut where a
+    # tokenizer's count reaches max_tokens ends inside a word piece (launch.sim.app).
+    trim: tuple[int, int] | None = None
+    # (onset, block): from the phase's `onset`-th token on (reasoning, or content without thinking), one
+    # passage of `block` tokens repeats to the end of the reply.
+    loop: tuple[int, int] | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -271,7 +292,18 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
             call_id = "call_" + rng.getrandbits(96).to_bytes(12, "little").hex()
             calls.append(ToolCallScript(call_id, name, _fragments(args, rng)))
 
+    # Loops and the heavy tail draw from their own stream, so the draws above stay what they were without.
+    failure = random.Random(int.from_bytes(hashlib.blake2b(digest, digest_size=16, person=b"sim-failure").digest(),
+                                           "little"))
+    loop_draw, tail_draw = failure.random(), failure.random()
+    if thinking and tail_draw < config.think_tail_rate:
+        reasoning = max(1, int(config.mean_tokens * failure.paretovariate(config.think_tail_alpha)))
     cap = config.max_gen_tokens
+    if loop_draw < config.loop_rate:
+        onset = int((reasoning if thinking else content) * failure.uniform(*_LOOP_ONSET))
+        loop = (onset, failure.randint(*_LOOP_BLOCK))
+        reasoning, content = (cap, 0) if thinking else (0, cap)
+        return Script(prompt_tokens, reasoning, content, (), True, text_seed, loop=loop)
     capped = reasoning + content + sum(c.tokens for c in calls) > cap
     if capped:
         # Hitting the context limit in practice means thinking that never closed: all reasoning.
@@ -289,15 +321,32 @@ class Piece:
 
 
 class TextSource:
-    """Reproducible word-piece text, produced lazily so a 30K-token reply costs memory only when read."""
+    """Reproducible word-piece text, produced lazily so a 30K-token reply costs memory only when read.
+    With a loop, from its onset on the text is one block of pieces over and over."""
 
-    __slots__ = ("_rng",)
+    __slots__ = ("_block", "_loop", "_rng", "_taken")
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, loop: tuple[int, int] | None = None) -> None:
         self._rng = random.Random(seed)
+        self._loop = loop
+        self._block: tuple[str, ...] = ()
+        self._taken = 0
 
     def take(self, n: int) -> str:
-        return "".join(self._rng.choices(_VOCAB, k=n)) if n > 0 else ""
+        if n <= 0:
+            return ""
+        start = self._taken
+        self._taken += n
+        if self._loop is None or self._taken <= self._loop[0]:
+            return "".join(self._rng.choices(_VOCAB, k=n))
+        onset, size = self._loop
+        fresh = max(0, onset - start)
+        head = "".join(self._rng.choices(_VOCAB, k=fresh))
+        if not self._block:
+            self._block = (self._rng.choice(_LOOP_OPENERS), *self._rng.choices(_VOCAB, k=size - 1))
+        begin = start + fresh - onset
+        looped = (self._block[i % size] for i in range(begin, begin + n - fresh))
+        return head + "".join(looped)
 
 
 class ReplyCursor:
@@ -308,11 +357,26 @@ class ReplyCursor:
 
     def __init__(self, script: Script) -> None:
         self.script = script
-        self._reasoning = TextSource(script.text_seed)
-        self._content = TextSource(script.text_seed ^ 0x5EED)
+        loop = script.loop
+        self._reasoning = TextSource(script.text_seed, loop if script.reasoning_tokens else None)
+        self._content = TextSource(script.text_seed ^ 0x5EED, None if script.reasoning_tokens else loop)
         self.position = 0
 
     def advance(self, upto: int) -> list[Piece]:
+        trim = self.script.trim
+        if trim is None or not self.position <= trim[0] < min(upto, self.script.total_tokens):
+            return self._advance(upto)
+        at, chars = trim
+        pieces = self._advance(at)
+        last = self._advance(at + 1)[-1]
+        last = Piece(last.phase, last.text[:chars], last.call)
+        if pieces and (pieces[-1].phase, pieces[-1].call) == (last.phase, last.call):
+            pieces[-1] = Piece(last.phase, pieces[-1].text + last.text, last.call)
+        else:
+            pieces.append(last)
+        return pieces + self._advance(upto)
+
+    def _advance(self, upto: int) -> list[Piece]:
         s = self.script
         start, end = self.position, min(upto, s.total_tokens)
         if end <= start:
