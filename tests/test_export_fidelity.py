@@ -81,9 +81,17 @@ def test_the_tokenized_formats_report_and_write(tmp_path: Path) -> None:
     """The tokenized formats carry the server's ids: a template mismatch is reported, not refused."""
     write_segment(tmp_path / "run", records())
     code, report, stderr = export(tmp_path / "run", tmp_path / "t.jsonl", "--format", "specforge-tokenized",
+                                  "--template-check", "all",
                                   "--chat-template", str(trainer_template(tmp_path)))
     assert code == 0, stderr
     assert report["template"]["mismatched"] == 2 and report["written"]
+    code, report, stderr = export(tmp_path / "run", tmp_path / "t.jsonl", "--format", "specforge-tokenized",
+                                  "--chat-template", str(trainer_template(tmp_path)))
+    assert code == 0 and report["template"]["checked"] == 0  # by default only where the trainer re-renders
+    assert "template check" not in stderr
+    code, report, _ = export(tmp_path / "run", tmp_path / "s.jsonl", "--format", "specforge",
+                             "--chat-template", str(trainer_template(tmp_path)), "--template-check", "off")
+    assert code == 0 and report["template"]["checked"] == 0
 
 
 def test_the_same_text_split_otherwise_is_a_mismatch(tmp_path: Path) -> None:

@@ -136,6 +136,24 @@ def test_tools_are_written_as_sglang_rendered_them(tmp_path: Path) -> None:
     assert row["input_ids"][:len(server)] == server
 
 
+def test_rerendered_tools_take_sglang_form_when_usage_says_so(tmp_path: Path) -> None:
+    """No ids: the prompt re-rendered with the recorded tools misses usage.prompt_tokens; with SGLang's
+    form it has it, so that form is the row's (and the tools written for the trainer)."""
+    preamble = TOOLS_PREAMBLE.replace(json.dumps(WEATHER_TOOL, ensure_ascii=False),
+                                      json.dumps(sglang_tool(WEATHER_TOOL), ensure_ascii=False))
+    record = served("sg", preamble + "<|im_start|>user\nQuestion sg?<|im_end|>\n<|im_start|>assistant\n<think>\n",
+                    "Sunny.\n</think>\n\nIt is sunny.<|im_end|>", reasoning="Sunny.", content="It is sunny.",
+                    tools=[WEATHER_TOOL])
+    write_segment(tmp_path / "run", [without_ids(record)])
+    code, report, stderr = export(tmp_path / "run", tmp_path / "train.jsonl", "--format", "specforge")
+    assert code == 0, stderr
+    assert report["rendered"] == 1 and report["prompt_mismatch"] == 0
+    assert json.loads(json.loads((tmp_path / "train.jsonl").read_text())["tools"]) == [sglang_tool(WEATHER_TOOL)]
+    code, _, stderr = export(tmp_path / "run", tmp_path / "t.jsonl", "--format", "specforge-tokenized")
+    assert code == 0, stderr
+    assert read("specforge-tokenized", tmp_path / "t.jsonl", BIG) == [tuple(server_rows([record])["sg"])]
+
+
 def _turns() -> list[dict[str, Any]]:
     """A two-turn `--turns all` conversation, ids from the tiny template (render_record is tested above)."""
     tok = ChatTokenizer.load(tiny_tokenizer_dir())

@@ -36,6 +36,7 @@ class ExportOptions:
     drop_truncated: bool = False
     keep_mismatched: bool = False
     require_exact: bool = False
+    template_check: str = "auto"  # "all" | "off"; auto: with --format specforge
     max_template_mismatch: float = 0.01  # the share of checked rows above which the export is refused
     allow_template_mismatch: bool = False
     row_group_size: int = 2048
@@ -104,6 +105,10 @@ class _Pass:
         self.seen: set[int] = set()
         self.writer = open_writer(options.fmt, part, options.row_group_size)
         self.conversations = Conversations() if options.rows == "conversation" else None
+        # By default only where the trainer re-renders the text: the check costs a render and a
+        # tokenization of every row, and the tokenized formats carry the server's ids anyway.
+        self.checking = options.template_check == "all" or (options.template_check == "auto"
+                                                              and options.fmt == "specforge")
 
     def record(self, where: str, record: dict[str, Any]) -> None:
         report, options = self.report, self.options
@@ -133,8 +138,8 @@ class _Pass:
             report.note(f"{kind} count mismatch", where, detail + ("" if tokens.exact else " (re-rendered)"))
         if problems and not options.keep_mismatched:
             return
-        tools = record.get("tools") or None
-        if tokens.exact:
+        tools = tokens.tools if not tokens.exact else record.get("tools") or None
+        if tokens.exact and self.checking:
             verdict = fidelity.check(record, self.tok)
             report.template.add(where, record, verdict)
             tools = verdict.tools

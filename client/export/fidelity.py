@@ -106,7 +106,7 @@ class FidelityReport:
     checked: int = 0
     matched: int = 0
     sglang_tools: int = 0  # matched only with the tools in SGLang's form (written so)
-    unchecked: int = 0  # records without server ids: nothing to compare with
+    unchecked: int = 0  # records not compared: without server ids, or the check is not on
     examples: list[str] = field(default_factory=list)
     positions: Counter[int] = field(default_factory=Counter)
 

@@ -49,12 +49,13 @@ as many completion tokens as the server reported (usage.completion_tokens) and, 
 prompt tokens; a row that does not is a mismatch: it is left out and reported (--keep-mismatched keeps
 it, still reported).
 
-template fidelity: every record with the server's ids is rendered as the trainer renders it (the
-tokenizer's chat template, or --chat-template FILE: the trainer's), tokenized in one pass, and compared
-with the server's ids. The report gives the share that matches exactly and, for a mismatch, the first
-differing token and the tokens around it on both sides. With --format specforge (the trainer re-renders
-the text) an export above --max-template-mismatch is refused (exit 3) unless --allow-template-mismatch;
-the tokenized formats carry the server's ids, so for them the check is a report.
+template fidelity (--template-check): every record with the server's ids is rendered as the trainer
+renders it (the tokenizer's chat template, or --chat-template FILE: the trainer's), tokenized in one
+pass, and compared with the server's ids. The report gives the share that matches exactly and, for a
+mismatch, the first differing token and the tokens around it on both sides. With --format specforge
+(the trainer re-renders the text) it runs by default, and an export above --max-template-mismatch is
+refused (exit 3) unless --allow-template-mismatch. The tokenized formats carry the server's ids: for
+them the check runs with --template-check all, and is a report.
 
 the window (--max-length N, the trainer's max_length): a longer row is cut to its first N tokens,
 prompt included, as SpecForge and speculators cut it (--over-length cut), or dropped (drop); a cut row
@@ -103,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "record lacks prompt_token_ids / completion_token_ids and would be re-rendered")
     parser.add_argument("--keep-mismatched", action="store_true",
                         help="keep rows whose token counts differ from the server's (still reported)")
+    parser.add_argument("--template-check", choices=("auto", "all", "off"), default="auto",
+                        help="compare the trainer's rendering of every row with server ids with those ids: "
+                             "auto does with --format specforge (default), all with every format, off never")
     parser.add_argument("--max-template-mismatch", type=float_in(0.0, 1.0), default=0.01, metavar="SHARE",
                         help="--format specforge: refuse the export (exit 3) when more than this share of the "
                              "rows with server ids render differently with the trainer's template (default: "
@@ -165,15 +169,17 @@ def _options(args: argparse.Namespace) -> Any:
 
     return ExportOptions(fmt=args.format, rows=args.rows, window=Window(args.max_length, args.over_length),
                          drop_truncated=args.drop_truncated, keep_mismatched=args.keep_mismatched,
-                         require_exact=args.require_exact_ids, max_template_mismatch=args.max_template_mismatch,
+                         require_exact=args.require_exact_ids, template_check=args.template_check,
+                         max_template_mismatch=args.max_template_mismatch,
                          allow_template_mismatch=args.allow_template_mismatch, row_group_size=args.row_group_size)
 
 
 def _print_template(report: Any, args: argparse.Namespace) -> None:
     template = report.template
     if not template.checked:
-        if template.unchecked:
-            print(f"template check: none of the records carries server token ids ({template.unchecked:,} "
+        checking = args.template_check == "all" or (args.template_check == "auto" and args.format == "specforge")
+        if checking and report.rendered:
+            print(f"template check: none of the records carries server token ids ({report.rendered:,} "
                   "re-rendered), nothing to compare the trainer's template with", file=sys.stderr)
         return
     print(f"template check: {template.matched:,} of {template.checked:,} row(s) with server ids "

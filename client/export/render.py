@@ -7,7 +7,9 @@ new assistant turn (reasoning in `reasoning_content`, tool calls with their argu
 is how SGLang hands them to the template); the completion is the difference, cut after the end-of-turn
 token where the model stopped. Each part is tokenized on its own, as the server saw the prompt and then
 generated the completion. Re-rendering can drift from what the server did, so the caller checks the
-counts against `usage` and never trusts a row whose counts differ.
+counts against `usage` and never trusts a row whose counts differ. SGLang renders each tool with
+`"defer_loading": null` added (`sglang_tool`); when the recorded tools miss `usage.prompt_tokens` and that
+form gives it, the prompt is rendered with that form.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Tokens:
     prompt: list[int]
     completion: list[int]
     exact: bool
+    tools: list[dict[str, Any]] | None = None  # re-rendered: the tools' form the prompt was rendered with
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
@@ -185,14 +188,13 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
     if not isinstance(messages, list) or not messages:
         raise RenderError("the record has no messages")
     thinking = thinking_on(record)
-    tools = record.get("tools")
     history = template_messages(messages)
-    prompt = tok.render(history, tools, add_generation_prompt=True, enable_thinking=thinking)
+    tools, prompt, prompt_ids = _served_prompt(record, tok, history, thinking)
     turn = assistant_turn(record)
     truncated = record.get("finish_reason") == "length"
     if truncated and thinking and not turn["content"] and not turn.get("tool_calls"):
         # Cut off while thinking: the output is raw reasoning; no </think> was ever written.
-        return Tokens(tok.encode(prompt), tok.encode(turn["reasoning_content"]), exact=False)
+        return Tokens(prompt_ids, tok.encode(turn["reasoning_content"]), exact=False, tools=tools)
     full = tok.render([*history, *template_messages([turn])], tools, add_generation_prompt=False,
                       enable_thinking=thinking)
     if not full.startswith(prompt):
@@ -203,4 +205,22 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
         if end >= 0:
             # The template closes the turn with a newline after the end token; the model stopped at it.
             completion = completion[:end] if truncated else completion[:end + len(tok.eos)]
-    return Tokens(tok.encode(prompt), tok.encode(completion), exact=False)
+    return Tokens(prompt_ids, tok.encode(completion), exact=False, tools=tools)
+
+
+def _served_prompt(record: dict[str, Any], tok: ChatTokenizer, history: list[dict[str, Any]],
+                   thinking: bool) -> tuple[list[dict[str, Any]] | None, str, list[int]]:
+    """(tools, prompt text, prompt ids) as the server most likely rendered them: the tools as recorded,
+    unless their count differs from usage.prompt_tokens and SGLang's form (`sglang_tool`) gives it."""
+    recorded = record.get("tools") or None
+    prompt = tok.render(history, recorded, add_generation_prompt=True, enable_thinking=thinking)
+    ids = tok.encode(prompt)
+    usage = record.get("usage")
+    expected = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if recorded and isinstance(expected, int) and expected != len(ids):
+        sglang = [sglang_tool(t) if isinstance(t, dict) else t for t in recorded]
+        other = tok.render(history, sglang, add_generation_prompt=True, enable_thinking=thinking)
+        other_ids = tok.encode(other)
+        if len(other_ids) == expected:
+            return sglang, other, other_ids
+    return recorded, prompt, ids
