@@ -8,8 +8,10 @@ rendered the prompt with, the trainer's tokens (and so its loss mask) silently d
 model's own output, a known cause of a drafter whose acceptance is mysteriously low.
 
 For every record with the server's exact ids, this module renders the row the way the trainer will (the
-request's messages plus the generated assistant turn, tool-call arguments parsed into objects as
-SpecForge's `_sanitize_message` does) and compares the tokens with `prompt_token_ids +
+request's messages plus the generated assistant turn as the `specforge` row holds them, tool-call
+arguments parsed into objects as SpecForge's `_sanitize_message` does; `enable_thinking` as the request
+sent it, which Qwen's templates read only for the generation prompt, not rendered here) and compares the
+tokens with `prompt_token_ids +
 completion_token_ids`. A row matches when the trainer's tokens begin with the server's: what the template
 adds after the model's last token (the newline after `<|im_end|>`, the `</think>` that closes a reply cut
 by max_tokens) was never generated, so it is not compared. For a mismatch it gives the first differing
@@ -29,14 +31,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.export.render import (
-    ChatTokenizer,
-    RenderError,
-    assistant_turn,
-    sglang_tool,
-    template_messages,
-    thinking_on,
-)
+from client.export.render import ChatTokenizer, RenderError, sglang_tool, template_messages, thinking_on
+from client.export.rows import Sample, Turn, conversation
 
 CONTEXT_TOKENS = 8  # decoded each side of the first differing position
 MAX_EXAMPLES = 10
@@ -65,9 +61,11 @@ def first_difference(server: list[int], trainer: list[int]) -> int:
 
 
 def render_row(record: dict[str, Any], tok: ChatTokenizer, tools: list[dict[str, Any]] | None) -> list[int]:
-    """The trainer's tokens for this record's row: the whole conversation rendered and tokenized at once."""
-    messages = [*template_messages(record.get("messages") or []), *template_messages([assistant_turn(record)])]
-    text = tok.render(messages, tools, add_generation_prompt=False, enable_thinking=thinking_on(record))
+    """The trainer's tokens for this record's row: the conversation as the `specforge` row writes it, its
+    tool-call arguments parsed (SpecForge's `_sanitize_message`), rendered and tokenized at once."""
+    written = conversation(Sample(str(record.get("id")), (Turn(record, [], [], tools),)))
+    text = tok.render(template_messages(written), tools, add_generation_prompt=False,
+                      enable_thinking=thinking_on(record))
     return tok.encode(text)
 
 
