@@ -105,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-mismatched", action="store_true",
                         help="keep rows whose token counts differ from the server's (still reported)")
     parser.add_argument("--template-check", choices=("auto", "all", "off"), default="auto",
-                        help="compare the trainer's rendering of every row with server ids with those ids: "
-                             "auto does with --format specforge (default), all with every format, off never")
+                        help="compare the trainer's rendering of each row that has server ids with those ids: "
+                             "auto with --format specforge only (default), all with every format, off never")
     parser.add_argument("--max-template-mismatch", type=float_in(0.0, 1.0), default=0.01, metavar="SHARE",
                         help="--format specforge: refuse the export (exit 3) when more than this share of the "
                              "rows with server ids render differently with the trainer's template (default: "
