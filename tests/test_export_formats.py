@@ -191,6 +191,18 @@ def test_turns_as_rows_or_as_one_conversation(tmp_path: Path) -> None:
     assert len(rows) == 1 and sum(rows[0]["loss_mask"]) > 0
 
 
+def test_a_turn_left_out_keeps_its_history_form(tmp_path: Path) -> None:
+    first, second = _turns()
+    first["usage"]["completion_tokens"] += 1  # a count mismatch: turn 1 is left out of the export
+    write_segment(tmp_path / "run", [first, second])
+    code, report, _ = export(tmp_path / "run", tmp_path / "conv.jsonl", "--format", "specforge",
+                             "--rows", "conversation")
+    assert code == 1 and report["exported"] == 1
+    (line,) = [json.loads(line) for line in (tmp_path / "conv.jsonl").read_text().splitlines()]
+    assert line["conversations"][1] == {"role": "assistant", "content": "First answer."}
+    assert line["conversations"][3]["reasoning_content"] == "Second thought."
+
+
 def test_unfinished_conversations_and_rows_conversation_needs_specforge(tmp_path: Path) -> None:
     write_segment(tmp_path / "run", _turns()[:1])
     code, report, stderr = export(tmp_path / "run", tmp_path / "conv.jsonl", "--format", "specforge",

@@ -27,7 +27,6 @@ the export writes the tools in that form, so that the trainer renders what the s
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +105,6 @@ class FidelityReport:
     sglang_tools: int = 0  # matched only with the tools in SGLang's form (written so)
     unchecked: int = 0  # records not compared: without server ids, or the check is not on
     examples: list[str] = field(default_factory=list)
-    positions: Counter[int] = field(default_factory=Counter)
 
     @property
     def mismatched(self) -> int:
@@ -122,7 +120,6 @@ class FidelityReport:
             self.matched += 1
             self.sglang_tools += bool(verdict.tools) and verdict.tools != (record.get("tools") or None)
             return
-        self.positions[verdict.position] += 1
         if len(self.examples) < MAX_EXAMPLES:
             if verdict.error:
                 self.examples.append(f"{where}: {verdict.error}")

@@ -93,14 +93,15 @@ def conversation(sample: Sample) -> list[dict[str, Any]]:
     reasoning of every turn, as `expand_reasoning_conversations.py` expects its input)."""
     last = sample.last.record
     messages = [_message(m) for m in last.get("messages") or [] if isinstance(m, dict)]
-    earlier = iter(turn.record for turn in sample.turns[:-1])
-    if len(sample.turns) > 1:
-        for index, message in enumerate(messages):
-            if message["role"] == "assistant":
-                source = next(earlier, None)
-                if source is None:
-                    break
-                messages[index] = assistant_turn(source)
+    # The k-th assistant turn of a --turns all history is the model's turn k; a turn left out of the
+    # export (a count mismatch, say) keeps the history's form.
+    earlier = {turn.record.get("turn"): turn.record for turn in sample.turns[:-1]}
+    assistant = 0
+    for index, message in enumerate(messages):
+        if message["role"] == "assistant":
+            assistant += 1
+            if assistant in earlier:
+                messages[index] = assistant_turn(earlier[assistant])
     return [*messages, assistant_turn(last)]
 
 
