@@ -191,6 +191,30 @@ def test_turns_as_rows_or_as_one_conversation(tmp_path: Path) -> None:
     assert len(rows) == 1 and sum(rows[0]["loss_mask"]) > 0
 
 
+def test_a_tool_trajectory_turn_reads_back_with_its_tool_result(tmp_path: Path) -> None:
+    """Turn 2 of an agentic conversation: the history holds turn 1's tool call and the tool's result; the
+    row keeps the `tool_call_id`, passes SpecForge's role-order rules and renders to the server's ids."""
+    tok = ChatTokenizer.load(tiny_tokenizer_dir())
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    record = result("w#2!", reasoning="It is sunny there.", content="Sunny in Paris.", conversation_id="w", turn=2,
+                    tools=[WEATHER_TOOL])
+    record["messages"] = [{"role": "user", "content": "Weather in Paris?"},
+                          {"role": "assistant", "content": "", "tool_calls": [call]},
+                          {"role": "tool", "tool_call_id": "call_1", "content": '{"sky": "sunny"}'}]
+    tokens = render_record(record, tok)
+    record["prompt_token_ids"], record["completion_token_ids"] = tokens.prompt, tokens.completion
+    record["usage"] = {"prompt_tokens": len(tokens.prompt), "completion_tokens": len(tokens.completion)}
+    write_segment(tmp_path / "run", [record])
+    code, report, stderr = export(tmp_path / "run", tmp_path / "train.jsonl", "--format", "specforge")
+    assert code == 0, stderr
+    assert report["template"]["matched"] == 1
+    line = json.loads((tmp_path / "train.jsonl").read_text())
+    assert line["conversations"][2] == {"role": "tool", "content": '{"sky": "sunny"}', "tool_call_id": "call_1"}
+    (row,) = read_specforge_conversations(tmp_path / "train.jsonl", tok, BIG)
+    server = tokens.prompt + tokens.completion
+    assert row["input_ids"][:len(server)] == server
+
+
 def test_a_turn_left_out_keeps_its_history_form(tmp_path: Path) -> None:
     first, second = _turns()
     first["usage"]["completion_tokens"] += 1  # a count mismatch: turn 1 is left out of the export
