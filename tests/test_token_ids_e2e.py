@@ -91,9 +91,13 @@ def test_ids_on_decode_as_the_template_renders_and_export_exactly(tmp_path: Path
 
     parquet = tmp_path / "train.parquet"
     export = _tool("client.export", str(out), "--tokenizer", str(tiny_tokenizer_dir()), "--out", str(parquet),
-                   "--require-exact-ids")
+                   "--require-exact-ids", "--template-check", "all")
     assert export.returncode == 0, export.stderr[-3000:]
     assert "(40 from server token ids, 0 re-rendered;" in export.stderr
+    # The template renders the simulated SGLang's exact ids back, tools in SGLang's form included.
+    tooled = sum(bool(r.get("tools")) for r in records)
+    assert "template check: 40 of 40 row(s) with server ids (100.00%)" in export.stderr
+    assert f"({tooled} with the tools as SGLang renders them, written so)" in export.stderr
     rows = pq.read_table(parquet).to_pylist()
     completion_tokens = {r["id"]: r["usage"]["completion_tokens"] for r in records}
     assert {row["id"] for row in rows} == set(completion_tokens)

@@ -1,9 +1,11 @@
-"""Results -> checked rows -> the parquet file: the part of `client.export` that needs the `export` extra.
+"""Results -> checked rows -> the training file: the part of `client.export` that needs the `export` extra.
 
-Columns: `id` (string), `input_ids` (list<int32>), `loss_mask` (list<int8>: 0 on the prompt, 1 on the
-completion), `seq_len` (int32). Rows are written in row groups as the results stream by, to OUT.part,
-renamed to OUT at the end. This module owns the checks that decide whether a row is trusted and the
-report's figures; how a record becomes tokens is `export_render`, the command line is `export_main`.
+This module owns the pass over the results: which records are trusted (duplicates, truncated, counts
+that differ from the server's usage), the template-fidelity check of every record with exact ids
+(`client.export.fidelity`), the grouping of `--turns all` turns into conversations, the trainer's window
+(`client.export.rows`), and the report's figures. Rows are streamed to OUT.part and renamed to OUT at the
+end, unless the export is refused (records without ids under `require_exact`, or too many rows the
+trainer's template renders differently); then OUT.part is removed and OUT left as it was.
 """
 
 from __future__ import annotations
@@ -15,28 +17,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
-
 from client.core.ids import id_hash
+from client.export import fidelity
 from client.export.render import ChatTokenizer, RenderError, has_exact_ids, render_record
-
-__all__ = ["SCHEMA", "ChatTokenizer", "ExportReport", "export", "summary"]
+from client.export.rows import Conversations, Sample, Turn, Window
+from client.export.writers import open_writer
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import usage_int
 
-SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("input_ids", pa.list_(pa.int32())),
-    ("loss_mask", pa.list_(pa.int8())),
-    ("seq_len", pa.int32()),
-])
+__all__ = ["ChatTokenizer", "ExportOptions", "ExportReport", "export", "summary"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    fmt: str = "parquet"
+    rows: str = "turn"  # or "conversation": one row per conversation of a --turns all run
+    window: Window = field(default_factory=Window)
+    drop_truncated: bool = False
+    keep_mismatched: bool = False
+    require_exact: bool = False
+    template_check: str = "auto"  # "all" | "off"; auto: with --format specforge
+    max_template_mismatch: float = 0.01  # the share of checked rows above which the export is refused
+    allow_template_mismatch: bool = False
+    row_group_size: int = 2048
 
 
 @dataclass
 class ExportReport:
     records: int = 0
-    exported: int = 0
+    exported: int = 0  # records (turns) written
+    rows: int = 0  # rows written: turns, or conversations with --rows conversation
     exact: int = 0
     rendered: int = 0
     dropped_truncated: int = 0
@@ -46,8 +56,14 @@ class ExportReport:
     kept_mismatched: int = 0
     failed: int = 0
     without_ids: int = 0  # --require-exact-ids: records that would have been re-rendered
-    written: bool = False  # OUT was written (not with --require-exact-ids and records without ids)
+    cut: int = 0  # rows longer than the window, cut at it
+    dropped_long: int = 0  # rows (records) longer than the window, dropped (--over-length drop)
+    dropped_unsupervised: int = 0  # rows (records) the cut left with too few supervised tokens
+    unfinished_conversations: int = 0  # --rows conversation: written with the turns there are
+    template_refused: bool = False
+    written: bool = False  # OUT was written
     tokens: int = 0
+    template: fidelity.FidelityReport = field(default_factory=fidelity.FidelityReport)
     problems: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
@@ -57,8 +73,12 @@ class ExportReport:
             self.examples.append(f"{where}: {detail}")
 
     @property
+    def dropped_window(self) -> int:
+        return self.dropped_long + self.dropped_unsupervised
+
+    @property
     def left_out(self) -> int:
-        return self.records - self.exported - self.dropped_truncated
+        return self.records - self.exported - self.dropped_truncated - self.dropped_window
 
 
 def _check(record: dict[str, Any], prompt: list[int], completion: list[int]) -> list[tuple[str, str]]:
@@ -75,92 +95,124 @@ def _check(record: dict[str, Any], prompt: list[int], completion: list[int]) -> 
     return problems
 
 
-class _Writer:
-    """Buffers rows and writes one parquet row group per `size` rows."""
+class _Pass:
+    """One pass over the results into one writer."""
 
-    def __init__(self, path: Path, size: int) -> None:
-        self.path = path
-        self.size = size
-        self.columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
-        self.writer = pq.ParquetWriter(str(path), SCHEMA, compression="zstd")
+    def __init__(self, tok: ChatTokenizer, part: Path, options: ExportOptions) -> None:
+        self.tok = tok
+        self.options = options
+        self.report = ExportReport()
+        self.seen: set[int] = set()
+        self.writer = open_writer(options.fmt, part, options.row_group_size)
+        self.conversations = Conversations() if options.rows == "conversation" else None
+        # By default only where the trainer re-renders the text: the check costs a render and a
+        # tokenization of every row, and the tokenized formats carry the server's ids anyway.
+        self.checking = options.template_check == "all" or (options.template_check == "auto"
+                                                              and options.fmt == "specforge")
 
-    def add(self, row_id: str, prompt: list[int], completion: list[int]) -> None:
-        self.columns["id"].append(row_id)
-        self.columns["input_ids"].append(prompt + completion)
-        self.columns["loss_mask"].append([0] * len(prompt) + [1] * len(completion))
-        self.columns["seq_len"].append(len(prompt) + len(completion))
-        if len(self.columns["id"]) >= self.size:
-            self.flush()
+    def record(self, where: str, record: dict[str, Any]) -> None:
+        report, options = self.report, self.options
+        report.records += 1
+        key = id_hash(record["id"])
+        if key in self.seen:
+            report.duplicates += 1
+            report.note("duplicate id", where, "id already exported from an earlier line; left out")
+            return
+        self.seen.add(key)
+        if options.drop_truncated and record.get("finish_reason") == "length":
+            report.dropped_truncated += 1
+            return
+        if options.require_exact and not has_exact_ids(record):
+            report.without_ids += 1
+            report.note("no server token ids", where, "would be re-rendered (--require-exact-ids)")
+            return
+        try:
+            tokens = render_record(record, self.tok)
+        except RenderError as exc:
+            report.failed += 1
+            report.note("render failed", where, str(exc))
+            return
+        problems = _check(record, tokens.prompt, tokens.completion)
+        for kind, detail in problems:
+            setattr(report, f"{kind}_mismatch", getattr(report, f"{kind}_mismatch") + 1)
+            report.note(f"{kind} count mismatch", where, detail + ("" if tokens.exact else " (re-rendered)"))
+        if problems and not options.keep_mismatched:
+            return
+        tools = tokens.tools if not tokens.exact else record.get("tools") or None
+        if tokens.exact and self.checking:
+            verdict = fidelity.check(record, self.tok)
+            report.template.add(where, record, verdict)
+            tools = verdict.tools
+        else:
+            report.template.unchecked += 1
+        report.kept_mismatched += bool(problems)
+        report.exact += tokens.exact
+        report.rendered += not tokens.exact
+        turn = Turn(record, tokens.prompt, tokens.completion, tools)
+        if self.conversations is None:
+            self.emit(Sample(str(record["id"]), (turn,)))
+        else:
+            sample = self.conversations.add(turn)
+            if sample is not None:
+                self.emit(sample)
 
-    def flush(self) -> None:
-        if self.columns["id"]:
-            self.writer.write_table(pa.table(self.columns, schema=SCHEMA), row_group_size=self.size)
-            self.columns = {name: [] for name in SCHEMA.names}
+    def emit(self, sample: Sample) -> None:
+        report = self.report
+        verdict, input_ids, loss_mask = self.options.window.fit(sample, self.options.fmt)
+        if verdict == "drop-long":
+            report.dropped_long += len(sample.turns)
+            return
+        if verdict == "drop-unsupervised":
+            report.dropped_unsupervised += len(sample.turns)
+            return
+        report.cut += verdict == "cut"
+        report.exported += len(sample.turns)
+        report.rows += 1
+        report.tokens += len(input_ids)
+        self.writer.add(sample, input_ids, loss_mask)
 
-    def close(self) -> None:
-        self.flush()
-        self.writer.close()
+    def finish(self) -> None:
+        if self.conversations is not None:
+            rest = self.conversations.rest()
+            self.report.unfinished_conversations = len(rest)
+            for sample in rest:
+                self.emit(sample)
+
+    def refused_by_template(self) -> bool:
+        template = self.report.template
+        # Only a trainer that re-renders the text is fed the template's tokens; the tokenized formats carry
+        # the server's ids, so for them the check is a report.
+        return (self.options.fmt == "specforge" and not self.options.allow_template_mismatch and template.checked > 0
+                and template.mismatch_share > self.options.max_template_mismatch)
 
 
-def export(location: str, tok: ChatTokenizer, out: Path, *, drop_truncated: bool, keep_mismatched: bool,
-           row_group_size: int, s3_endpoint_url: str | None = None, require_exact: bool = False) -> ExportReport:
-    """`require_exact`: a record without server token ids is counted, not rendered, and OUT is not written
-    when there is any."""
-    report = ExportReport()
-    seen: set[int] = set()
+def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
+           s3_endpoint_url: str | None = None) -> ExportReport:
+    """Write OUT from the results at `location`; the report says what was written, left out and why."""
     part = out.with_name(out.name + ".part")
-    writer = _Writer(part, row_group_size)
+    run = _Pass(tok, part, options)
     finished = False
     try:
         for item, record in iter_records(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
-            where = f"{item.where}:{item.line}: {record['id']}"
-            report.records += 1
-            key = id_hash(record["id"])
-            if key in seen:
-                report.duplicates += 1
-                report.note("duplicate id", where, "id already exported from an earlier line; left out")
-                continue
-            seen.add(key)
-            if drop_truncated and record.get("finish_reason") == "length":
-                report.dropped_truncated += 1
-                continue
-            if require_exact and not has_exact_ids(record):
-                report.without_ids += 1
-                report.note("no server token ids", where, "would be re-rendered (--require-exact-ids)")
-                continue
-            try:
-                tokens = render_record(record, tok)
-            except RenderError as exc:
-                report.failed += 1
-                report.note("render failed", where, str(exc))
-                continue
-            problems = _check(record, tokens.prompt, tokens.completion)
-            for kind, detail in problems:
-                setattr(report, f"{kind}_mismatch", getattr(report, f"{kind}_mismatch") + 1)
-                report.note(f"{kind} count mismatch", where, detail + ("" if tokens.exact else " (re-rendered)"))
-            if problems and not keep_mismatched:
-                continue
-            report.kept_mismatched += bool(problems)
-            report.exact += tokens.exact
-            report.rendered += not tokens.exact
-            report.exported += 1
-            report.tokens += len(tokens.prompt) + len(tokens.completion)
-            writer.add(record["id"], tokens.prompt, tokens.completion)
-        finished = not report.without_ids
+            run.record(f"{item.where}:{item.line}: {record['id']}", record)
+        run.finish()
+        run.report.template_refused = run.refused_by_template()
+        finished = not run.report.without_ids and not run.report.template_refused
     finally:
-        writer.close()
+        run.writer.close()
         if finished:
             os.replace(part, out)
-            report.written = True
+            run.report.written = True
         else:
             with contextlib.suppress(FileNotFoundError):
                 part.unlink()
-    return report
+    return run.report
 
 
 def summary(report: ExportReport) -> dict[str, Any]:
-    data: dict[str, Any] = {k: v for k, v in vars(report).items() if k not in ("problems", "examples")}
+    data: dict[str, Any] = {k: v for k, v in vars(report).items() if k not in ("problems", "examples", "template")}
     data["problems"] = dict(report.problems)
     data["examples"] = report.examples
     data["left_out"] = report.left_out
+    data["template"] = report.template.summary()
     return data

@@ -8,52 +8,95 @@ install. The rows and the parquet file are `export_build`; how a record becomes 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from client.core.errors import ConfigError
-from client.core.options import add_s3_endpoint_url, positive_int
+from client.core.options import add_s3_endpoint_url, float_in, positive_int
 
-EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_NOT_EXACT = 0, 1, 2, 3
+EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_REFUSED = 0, 1, 2, 3
+EXIT_NOT_EXACT = EXIT_REFUSED
+
+# The formats, as in client.export.rows (not imported from there: it needs the extra).
+FORMATS = ("parquet", "specforge", "specforge-tokenized", "speculators")
 
 # The top-level modules of the `export` extra (pyproject.toml); a missing one is a setup step, not a bug.
 EXTRA_MODULES = frozenset({"pyarrow", "tokenizers", "jinja2"})
 
 EPILOG = """\
+formats (--format; what each trainer reads, from its loader's sources):
+  parquet              id, input_ids, loss_mask (0 prompt, 1 completion), seq_len
+  specforge            SpecForge conversation JSONL (data.train_data_path): {"id", "conversations":
+                       [{"role", "content", "reasoning_content", "tool_calls", ...}], "tools"}; the trainer
+                       re-renders it with its own chat template
+  specforge-tokenized  SpecForge pre-tokenized JSONL (data.prompts_path): {"id", "input_ids", "loss_mask"}
+  speculators          vLLM speculators' regeneration rows: {"id", "primary_id", "input_ids", "loss_mask",
+                       "metadata"}
+
 examples:
   python -m client.export runs/full --tokenizer models/Qwen3.6-27B --out train.parquet
   python -m client.export runs/full --tokenizer tok/ --out train.parquet --drop-truncated --json
+  python -m client.export runs/full --tokenizer models/Qwen3.6-27B --format specforge --max-length 4096 \\
+      --out train.jsonl
 
 token counts: a row made from the server's own token ids is used exactly. A re-rendered row must have
 as many completion tokens as the server reported (usage.completion_tokens) and, where reported, as many
 prompt tokens; a row that does not is a mismatch: it is left out and reported (--keep-mismatched keeps
 it, still reported).
 
+template fidelity (--template-check): every record with the server's ids is rendered as the trainer
+renders it (the tokenizer's chat template, or --chat-template FILE: the trainer's), tokenized in one
+pass, and compared with the server's ids. The report gives the share that matches exactly and, for a
+mismatch, the first differing token and the tokens around it on both sides. With --format specforge
+(the trainer re-renders the text) it runs by default, and an export above --max-template-mismatch is
+refused (exit 3) unless --allow-template-mismatch. The tokenized formats carry the server's ids: for
+them the check runs with --template-check all, and is a report.
+
+the window (--max-length N, the trainer's max_length): a longer row is cut to its first N tokens,
+prompt included, as SpecForge and speculators cut it (--over-length cut), or dropped (drop); a cut row
+left with fewer supervised tokens than the trainer keeps is dropped, as the trainer drops it.
+
 exit codes:
-  0  every record was exported (apart from those --drop-truncated was asked to drop)
+  0  every record was exported (apart from those --drop-truncated or --max-length was asked to drop)
   1  OUT was written, but some records were left out or kept despite a mismatch; the report says which
   2  bad options, unreadable results or tokenizer, OUT cannot be written, OUT is inside the run's
-     directory or an existing file that is not a previous export (parquet), or the export extra is not
-     installed
-  3  --require-exact-ids, and some records carry no server token ids (they would be re-rendered); OUT
-     is not written, and the message says how many
+     directory or an existing file that is not a previous export, or the export extra is not installed
+  3  refused, OUT not written: --require-exact-ids and some records carry no server token ids (they
+     would be re-rendered), or (--format specforge) more than --max-template-mismatch of the checked
+     rows render differently with the trainer's template; the message says how many
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m client.export", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Write a run's results as a tokenized training set: id, input_ids, loss_mask, seq_len "
-                    "(parquet, streamed in row groups).")
+        description="Write a run's results as the training set a drafter trainer reads: parquet, SpecForge "
+                    "(conversations or pre-tokenized) or speculators JSONL, streamed; and check that the "
+                    "trainer's chat template renders the tokens the server generated.")
     parser.add_argument("results", metavar="DIR|s3://BUCKET/PREFIX", help="the run's results (as for client.audit)")
     parser.add_argument("--tokenizer", required=True, type=Path, metavar="PATH",
                         help="model or tokenizer directory (tokenizer.json + tokenizer_config.json with the chat "
                              "template), or a tokenizer.json file")
-    parser.add_argument("--chat-template", type=Path, metavar="FILE", help="a Jinja chat template to use instead")
-    parser.add_argument("--out", required=True, type=Path, metavar="FILE.parquet", help="parquet file to write")
+    parser.add_argument("--chat-template", type=Path, metavar="FILE",
+                        help="the trainer's Jinja chat template, instead of the tokenizer's: re-renders rows "
+                             "without ids and is checked against the rows with ids")
+    parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the file to write")
+    parser.add_argument("--format", choices=FORMATS, default="parquet",
+                        help="what to write (below; default: %(default)s)")
+    parser.add_argument("--rows", choices=("turn", "conversation"), default="turn",
+                        help="for a --turns all run: one row per assistant turn (default), or one per "
+                             "conversation (--format specforge only)")
+    parser.add_argument("--max-length", type=positive_int, metavar="N",
+                        help="the trainer's window (max_length), prompt included; longer rows are cut or "
+                             "dropped (--over-length)")
+    parser.add_argument("--over-length", choices=("cut", "drop"), default="cut",
+                        help="a row longer than --max-length: cut it as the trainer does, or drop it "
+                             "(default: %(default)s)")
     parser.add_argument("--drop-truncated", action="store_true",
                         help="leave out records cut by max_tokens (finish_reason length)")
     parser.add_argument("--require-exact-ids", action="store_true",
@@ -61,6 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "record lacks prompt_token_ids / completion_token_ids and would be re-rendered")
     parser.add_argument("--keep-mismatched", action="store_true",
                         help="keep rows whose token counts differ from the server's (still reported)")
+    parser.add_argument("--template-check", choices=("auto", "all", "off"), default="auto",
+                        help="compare the trainer's rendering of each row that has server ids with those ids: "
+                             "auto with --format specforge only (default), all with every format, off never")
+    parser.add_argument("--max-template-mismatch", type=float_in(0.0, 1.0), default=0.01, metavar="SHARE",
+                        help="--format specforge: refuse the export (exit 3) when more than this share of the "
+                             "rows with server ids render differently with the trainer's template (default: "
+                             "%(default)s)")
+    parser.add_argument("--allow-template-mismatch", action="store_true",
+                        help="write OUT however many rows the trainer's template renders differently "
+                             "(still reported)")
     parser.add_argument("--row-group-size", type=positive_int, default=2048, metavar="N",
                         help="rows per parquet row group (default: %(default)s)")
     add_s3_endpoint_url(parser)
@@ -80,43 +133,88 @@ def missing_extra(exc: ImportError) -> str | None:
 PARQUET_MAGIC = b"PAR1"
 
 
-def check_out_is_safe(out: Path, results: str) -> None:
+def _previous_jsonl_export(head: bytes) -> bool:
+    """The first line of a JSONL export of ours: an object with `id` and `conversations` or `input_ids`."""
+    try:
+        first = orjson.loads(head.partition(b"\n")[0])
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(first, dict) and "id" in first and ("conversations" in first or "input_ids" in first)
+
+
+def check_out_is_safe(out: Path, results: str, fmt: str = "parquet") -> None:
     """OUT may replace a previous export, never a run's own files: ConfigError for a path inside the run's
-    directory (its segments, `.ids` sidecars, run.json) and for an existing file that is not parquet."""
+    directory (its segments, `.ids` sidecars, run.json) and for an existing file that is not a previous
+    export (parquet; or, for the JSONL formats, a file whose first line is one of our rows)."""
     if not results.startswith("s3://"):
         run = Path(results).resolve()
         if out.resolve().is_relative_to(run):
             raise ConfigError(f"--out {out} is inside the run's directory {results}; write the export outside it, "
                               "so that no segment, sidecar or run.json can be overwritten")
-    if out.is_file():
-        with out.open("rb") as existing:
-            head = existing.read(len(PARQUET_MAGIC))
-        if head != PARQUET_MAGIC:
-            raise ConfigError(f"--out {out} exists and is not a parquet file (not a previous export), so it is "
-                              "left as it is; remove it or choose another path")
+    if not out.is_file():
+        return
+    with out.open("rb") as existing:
+        head = existing.read(1 << 20)
+    if fmt == "parquet" and not head.startswith(PARQUET_MAGIC):
+        raise ConfigError(f"--out {out} exists and is not a parquet file (not a previous export), so it is "
+                          "left as it is; remove it or choose another path")
+    if fmt != "parquet" and head and not _previous_jsonl_export(head):
+        raise ConfigError(f"--out {out} exists and is not a previous export (its first line is not an export "
+                          "row), so it is left as it is; remove it or choose another path")
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from client.export.build import ExportOptions
+    from client.export.rows import Window
+
+    return ExportOptions(fmt=args.format, rows=args.rows, window=Window(args.max_length, args.over_length),
+                         drop_truncated=args.drop_truncated, keep_mismatched=args.keep_mismatched,
+                         require_exact=args.require_exact_ids, template_check=args.template_check,
+                         max_template_mismatch=args.max_template_mismatch,
+                         allow_template_mismatch=args.allow_template_mismatch, row_group_size=args.row_group_size)
+
+
+def _print_template(report: Any, args: argparse.Namespace) -> None:
+    template = report.template
+    if not template.checked:
+        checking = args.template_check == "all" or (args.template_check == "auto" and args.format == "specforge")
+        if checking and report.rendered:
+            print(f"template check: none of the records carries server token ids ({report.rendered:,} "
+                  "re-rendered), nothing to compare the trainer's template with", file=sys.stderr)
+        return
+    print(f"template check: {template.matched:,} of {template.checked:,} row(s) with server ids "
+          f"({template.matched / template.checked:.2%}) render to the server's tokens exactly with the trainer's "
+          f"template" + (f" ({template.sglang_tools:,} with the tools as SGLang renders them, written so)"
+                         if template.sglang_tools else ""), file=sys.stderr)
+    for example in template.examples:
+        print(f"  {example}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.rows == "conversation" and args.format != "specforge":
+        parser.error("--rows conversation needs --format specforge: the server's ids are per turn, and only a "
+                     "trainer that re-renders the conversation can find its earlier turns' spans")
     try:
         # Imported only now, so that --help and the option errors need none of the extra.
         from client.export.build import ChatTokenizer, export, summary
+
+        if args.format == "parquet":  # the JSONL formats do without pyarrow
+            importlib.import_module("pyarrow.parquet")
+        if args.out.is_dir():
+            raise ConfigError(f"--out {args.out} is a directory; give the file to write")
+        if not args.out.parent.is_dir():
+            raise ConfigError(f"--out {args.out}: the directory {args.out.parent} does not exist")
+        check_out_is_safe(args.out, args.results, args.format)
+        tok = ChatTokenizer.load(args.tokenizer, args.chat_template)
+        report = export(args.results, tok, args.out, _options(args), s3_endpoint_url=args.s3_endpoint_url)
     except ImportError as exc:
         message = missing_extra(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        if args.out.is_dir():
-            raise ConfigError(f"--out {args.out} is a directory; give the parquet file to write")
-        if not args.out.parent.is_dir():
-            raise ConfigError(f"--out {args.out}: the directory {args.out.parent} does not exist")
-        check_out_is_safe(args.out, args.results)
-        tok = ChatTokenizer.load(args.tokenizer, args.chat_template)
-        report = export(args.results, tok, args.out, drop_truncated=args.drop_truncated,
-                        keep_mismatched=args.keep_mismatched, row_group_size=args.row_group_size,
-                        s3_endpoint_url=args.s3_endpoint_url, require_exact=args.require_exact_ids)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -130,17 +228,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"problems (the first {len(report.examples)} of {total:,}):", file=sys.stderr)
     for example in report.examples:
         print(f"  {example}", file=sys.stderr)
+    _print_template(report, args)
     if report.without_ids:
         print(f"error: --require-exact-ids: {report.without_ids:,} of {report.records:,} record(s) carry no server "
               f"token ids and would be re-rendered; {args.out} was not written. Regenerate them with "
               "`client.run --token-ids on`, or export without --require-exact-ids (re-rendered rows are checked "
               "against usage).", file=sys.stderr)
-        return EXIT_NOT_EXACT
-    print(f"exported {report.exported:,} of {report.records:,} record(s) to {args.out} ({report.exact:,} from server "
-          f"token ids, {report.rendered:,} re-rendered; {report.tokens:,} tokens); dropped as truncated "
-          f"{report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, prompt "
-          f"{report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
-          f"{report.failed:,}; duplicate ids {report.duplicates:,}", file=sys.stderr)
+        return EXIT_REFUSED
+    if report.template_refused:
+        template = report.template
+        print(f"error: the trainer's chat template renders {template.mismatched:,} of {template.checked:,} row(s) "
+              f"({template.mismatch_share:.2%}) differently from the server's tokens, more than "
+              f"--max-template-mismatch {args.max_template_mismatch:g}; {args.out} was not written. Train with the "
+              "serving template (--chat-template FILE is the one checked), or pass --allow-template-mismatch.",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    window = ""
+    if args.max_length is not None:
+        window = (f"; longer than --max-length {args.max_length:,}: cut {report.cut:,}, dropped "
+                  f"{report.dropped_long:,}, left without supervised tokens by the cut {report.dropped_unsupervised:,}")
+    rows = f" in {report.rows:,} conversation row(s)" if args.rows == "conversation" else ""
+    print(f"exported {report.exported:,} of {report.records:,} record(s){rows} to {args.out} ("
+          f"{report.exact:,} from server token ids, {report.rendered:,} re-rendered; {report.tokens:,} tokens); "
+          f"dropped as truncated {report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, "
+          f"prompt {report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
+          f"{report.failed:,}; duplicate ids {report.duplicates:,}{window}", file=sys.stderr)
+    if report.unfinished_conversations:
+        print(f"note: {report.unfinished_conversations:,} conversation(s) have no final turn (`!`) in the results; "
+              "written with the turns there are", file=sys.stderr)
     if report.completion_mismatch and report.completion_mismatch >= max(1, report.records // 2):
         print("most re-rendered rows disagree with the server's counts: is --tokenizer the served model's "
               "tokenizer, with its chat template?", file=sys.stderr)

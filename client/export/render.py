@@ -7,7 +7,9 @@ new assistant turn (reasoning in `reasoning_content`, tool calls with their argu
 is how SGLang hands them to the template); the completion is the difference, cut after the end-of-turn
 token where the model stopped. Each part is tokenized on its own, as the server saw the prompt and then
 generated the completion. Re-rendering can drift from what the server did, so the caller checks the
-counts against `usage` and never trusts a row whose counts differ.
+counts against `usage` and never trusts a row whose counts differ. SGLang renders each tool with
+`"defer_loading": null` added (`sglang_tool`); when the recorded tools miss `usage.prompt_tokens` and that
+form gives it, the prompt is rendered with that form.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Tokens:
     prompt: list[int]
     completion: list[int]
     exact: bool
+    tools: list[dict[str, Any]] | None = None  # re-rendered: the tools' form the prompt was rendered with
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
@@ -102,6 +105,9 @@ class ChatTokenizer:
         # Templates write their own special tokens as text, so the post-processor must not add more.
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                add_generation_prompt: bool, enable_thinking: bool) -> str:
         if self._template is None:
@@ -116,7 +122,7 @@ class ChatTokenizer:
             raise RenderError(f"the chat template failed: {exc}") from exc
 
 
-def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages as the server hands them to the template: tool-call arguments parsed into objects."""
     out = copy.deepcopy(messages)
     for message in out:
@@ -132,6 +138,43 @@ def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+_SGLANG_FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading")
+
+
+def sglang_tool(raw: dict[str, Any]) -> dict[str, Any]:
+    """A tool as SGLang hands it to the template: `Tool.model_dump()` of its OpenAI layer
+    (`python/sglang/srt/entrypoints/openai/protocol.py`): the function as the client wrote it (unknown keys
+    dropped, `description: null` added when left out), then `"defer_loading": null` beside it. The same rule
+    as the simulator's (`launch/sim/render.py`), which a test holds to the real server."""
+    function = raw.get("function")
+    function = function if isinstance(function, dict) else {}
+    data: dict[str, Any] = {key: function.get(key) for key in _SGLANG_FUNCTION_FIELDS}
+    if raw.get("defer_loading") is not None and data["defer_loading"] is None:
+        data["defer_loading"] = raw["defer_loading"]
+    for key in ("defer_loading", "strict"):
+        if data[key] is None:
+            del data[key]
+    order = [*function, *(key for key in data if key not in function)]
+    return {"type": raw.get("type", "function"), "function": {k: data[k] for k in order if k in data},
+            "defer_loading": raw.get("defer_loading")}
+
+
+def thinking_on(record: dict[str, Any]) -> bool:
+    sampling = record.get("sampling")
+    return not isinstance(sampling, dict) or sampling.get("enable_thinking") is not False
+
+
+def assistant_turn(record: dict[str, Any]) -> dict[str, Any]:
+    """The generated turn as an OpenAI assistant message: reasoning in `reasoning_content` (thinking on),
+    tool calls as recorded (arguments as JSON strings)."""
+    turn: dict[str, Any] = {"role": "assistant", "content": record.get("content") or ""}
+    if thinking_on(record):
+        turn["reasoning_content"] = record.get("reasoning") or ""
+    if record.get("tool_calls"):
+        turn["tool_calls"] = record["tool_calls"]
+    return turn
+
+
 def has_exact_ids(record: dict[str, Any]) -> bool:
     """True when the record carries the server's own prompt and completion ids (used as they are)."""
     return isinstance(record.get("prompt_token_ids"), list) and isinstance(record.get("completion_token_ids"), list)
@@ -144,23 +187,15 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
     messages = record.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RenderError("the record has no messages")
-    sampling = record.get("sampling")
-    thinking = not isinstance(sampling, dict) or sampling.get("enable_thinking") is not False
-    tools = record.get("tools")
-    history = _template_messages(messages)
-    prompt = tok.render(history, tools, add_generation_prompt=True, enable_thinking=thinking)
-    reasoning, content = record.get("reasoning") or "", record.get("content") or ""
-    calls = record.get("tool_calls") or []
+    thinking = thinking_on(record)
+    history = template_messages(messages)
+    tools, prompt, prompt_ids = _served_prompt(record, tok, history, thinking)
+    turn = assistant_turn(record)
     truncated = record.get("finish_reason") == "length"
-    if truncated and thinking and not content and not calls:
+    if truncated and thinking and not turn["content"] and not turn.get("tool_calls"):
         # Cut off while thinking: the output is raw reasoning; no </think> was ever written.
-        return Tokens(tok.encode(prompt), tok.encode(reasoning), exact=False)
-    turn: dict[str, Any] = {"role": "assistant", "content": content}
-    if thinking:
-        turn["reasoning_content"] = reasoning
-    if calls:
-        turn["tool_calls"] = calls
-    full = tok.render([*history, *_template_messages([turn])], tools, add_generation_prompt=False,
+        return Tokens(prompt_ids, tok.encode(turn["reasoning_content"]), exact=False, tools=tools)
+    full = tok.render([*history, *template_messages([turn])], tools, add_generation_prompt=False,
                       enable_thinking=thinking)
     if not full.startswith(prompt):
         raise RenderError("the template does not render the prompt as a prefix of the whole conversation")
@@ -170,4 +205,22 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
         if end >= 0:
             # The template closes the turn with a newline after the end token; the model stopped at it.
             completion = completion[:end] if truncated else completion[:end + len(tok.eos)]
-    return Tokens(tok.encode(prompt), tok.encode(completion), exact=False)
+    return Tokens(prompt_ids, tok.encode(completion), exact=False, tools=tools)
+
+
+def _served_prompt(record: dict[str, Any], tok: ChatTokenizer, history: list[dict[str, Any]],
+                   thinking: bool) -> tuple[list[dict[str, Any]] | None, str, list[int]]:
+    """(tools, prompt text, prompt ids) as the server most likely rendered them: the tools as recorded,
+    unless their count differs from usage.prompt_tokens and SGLang's form (`sglang_tool`) gives it."""
+    recorded = record.get("tools") or None
+    prompt = tok.render(history, recorded, add_generation_prompt=True, enable_thinking=thinking)
+    ids = tok.encode(prompt)
+    usage = record.get("usage")
+    expected = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if recorded and isinstance(expected, int) and expected != len(ids):
+        sglang = [sglang_tool(t) if isinstance(t, dict) else t for t in recorded]
+        other = tok.render(history, sglang, add_generation_prompt=True, enable_thinking=thinking)
+        other_ids = tok.encode(other)
+        if len(other_ids) == expected:
+            return sglang, other, other_ids
+    return recorded, prompt, ids
