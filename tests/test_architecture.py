@@ -62,3 +62,22 @@ def test_every_client_layer_is_in_the_contract() -> None:
     assert packages == named, "a new package under client/ must take its place in the layer contract"
     stray = [p.name for p in (REPO / "client").glob("*.py") if p.name != "__init__.py"]
     assert not stray, f"modules belong in a layer package, not at the top of client/: {stray}"
+
+
+def _documented_modules() -> dict[str, set[str]]:
+    """docs/architecture.md's package table: package -> the modules its row names."""
+    rows: dict[str, set[str]] = {}
+    for line in (REPO / "docs" / "architecture.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`client."):
+            rows[cells[0].strip("`")] = {name.strip("` ") for name in cells[1].split(",")}
+    return rows
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    documented = _documented_modules()
+    for package in sorted(p for p in (REPO / "client").iterdir() if (p / "__init__.py").exists()):
+        modules = {p.stem for p in package.glob("*.py") if p.stem not in ("__init__", "__main__")}
+        named = documented.get(f"client.{package.name}", set())
+        assert modules == named, (f"docs/architecture.md's row for client.{package.name}: missing "
+                                  f"{sorted(modules - named)}, gone {sorted(named - modules)}")
