@@ -54,7 +54,7 @@ async def _main(cfg: RunConfig, stop: StopController) -> int:
             if early is not None:
                 return early
             outcome, sync = await run.run()
-        return await run.finish(outcome, sync)
+            return await run.finish(outcome, sync)  # inside: --metrics-linger serves from the stack's server
     except asyncio.CancelledError:
         say(_STOPPED)
         return EXIT_INTERRUPTED
