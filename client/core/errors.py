@@ -18,7 +18,8 @@
         │   ├── RateLimited        HTTP 429 (carries Retry-After)
         │   ├── StreamDropped      the connection ended before the stream was whole
         │   │   └── ProtocolError  the response broke HTTP/1.1 framing, or its gzip body is corrupt
-        │   ├── StreamStalled      no bytes within the idle timeout
+        │   │       └── RunawayStream  the stream ran well past max_tokens without finishing
+        │   ├── StreamStalled      no tokens within the idle timeout (comments and keep-alives do not count)
         │   ├── StreamErrorEvent   a `data: {"error": ...}` event mid-stream
         │   └── MissingTokenIds    a whole reply without the token ids --token-ids on asked for
         └── PermanentError
@@ -134,6 +135,11 @@ class StreamDropped(RetryableError):
 
 class ProtocolError(StreamDropped):
     """The response is not valid HTTP/1.1 (e.g. a chunk without its CRLF), or its compressed body is corrupt."""
+
+
+class RunawayStream(ProtocolError):
+    """The server streamed well past the request's max_tokens (client.wire.endpoint.token_limit) and had not
+    finished: it ignores the limit, so the attempt is cut off instead of streaming for ever."""
 
 
 class StreamStalled(RetryableError):

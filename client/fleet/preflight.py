@@ -127,7 +127,7 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
         body = orjson.dumps(payload)
         try:
             async with asyncio.timeout(limit_s):
-                completion, _ = await endpoint.stream_chat(body)
+                completion, _ = await endpoint.stream_chat(body, max_tokens=1)
         except RequestRejected as exc:
             raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc,
                            require_ids=require_ids) from None

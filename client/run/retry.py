@@ -127,7 +127,7 @@ class Generator:
         payload = build_payload(prompt, messages, self.settings, model=self.model,
                                 id_fields=endpoint.id_fields, policy=self.policy)
         try:
-            result = await endpoint.stream_chat(orjson.dumps(payload))
+            result = await endpoint.stream_chat(orjson.dumps(payload), max_tokens=payload.get("max_tokens"))
         except AttemptError as exc:
             self.stats.record_error(endpoint.counters, exc.kind, str(exc))
             await self.dispatcher.report_failure(endpoint, exc)

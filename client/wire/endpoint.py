@@ -8,6 +8,7 @@ path rule (client.wire.urls: `root + /v1/...`, `root + /health`); `url` is the b
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from client.core.errors import (
     AttemptError,
     ConfigError,
     MissingTokenIds,
+    RunawayStream,
     StreamDropped,
     error_for_status,
     map_httpx_error,
@@ -32,6 +34,17 @@ from client.wire.transport import StreamingTransport
 from client.wire.urls import ServerURL
 
 CHAT_PATH = "/v1/chat/completions"
+# How far past max_tokens a stream may run before it is cut off as a RunawayStream: max(64, 10%) leaves
+# room for a count that is only a lower bound rising unevenly (one per chunk until usage corrects it), for
+# servers that count a stop token or an MTP step's extra drafts past the limit, and still ends a server
+# that ignores max_tokens after a tenth more tokens than asked for.
+RUNAWAY_MARGIN_MIN = 64
+RUNAWAY_MARGIN_FRACTION = 0.10
+
+
+def token_limit(max_tokens: int) -> int:
+    """The completion token count past which a stream asked for `max_tokens` is a RunawayStream."""
+    return max_tokens + max(RUNAWAY_MARGIN_MIN, int(max_tokens * RUNAWAY_MARGIN_FRACTION))
 T = TypeVar("T")
 
 
@@ -145,12 +158,14 @@ class Endpoint:
                 self._aborted[task] = reason
                 task.cancel()
 
-    async def stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
+    async def stream_chat(self, body: bytes, max_tokens: int | None = None) -> tuple[Completion, float | None]:
         """POST one streaming chat completion; returns it whole with its time to first token.
 
-        Raises an AttemptError subclass for every failure, so the retry policy sees one error tree.
+        `max_tokens` is the one in `body` (None when it asks for none): a stream that runs past
+        `token_limit(max_tokens)` tokens is cut off as a RunawayStream. Raises an AttemptError subclass for
+        every failure, so the retry policy sees one error tree.
         """
-        return await self._abortable(self._stream_chat(body))
+        return await self._abortable(self._stream_chat(body, max_tokens))
 
     async def _abortable(self, work: Coroutine[Any, Any, T]) -> T:
         """Run one request so that `abort_streams` can end it as a retryable StreamDropped."""
@@ -169,23 +184,33 @@ class Endpoint:
             self._streams.discard(task)
             self._aborted.pop(task, None)
 
-    async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
+    async def _stream_chat(self, body: bytes, max_tokens: int | None) -> tuple[Completion, float | None]:
         parser = StreamParser()
+        # Without max_tokens the server's own context length bounds the reply; only the idle timeout applies.
+        limit = token_limit(max_tokens) if max_tokens is not None else sys.maxsize
         counters = self.counters
         started = time.monotonic()
         first_output: list[float] = []
         reads = 0
         counted = 0  # of parser.live_tokens, already added to counters.streamed_tokens
 
-        def feed(data: bytes) -> None:
+        def feed(data: bytes) -> bool:
             nonlocal reads, counted
             reads += 1
             parser.feed(data)
-            if parser.live_tokens != counted:
-                counters.streamed_tokens += parser.live_tokens - counted
-                counted = parser.live_tokens
+            if parser.live_tokens == counted:
+                # No new token (comments, keep-alive events, role, finish and usage chunks): not progress
+                # for the idle timer, so a server that sends only `: ping` cannot hold the stream for ever.
+                return False
+            if parser.live_tokens > limit:
+                raise RunawayStream(f"{self.url} streamed {parser.live_tokens} completion tokens without finishing, "
+                                    f"past max_tokens {max_tokens} (cut off at {limit}): the server ignores "
+                                    "max_tokens; the prompt is retried, on another server where there is one")
+            counters.streamed_tokens += parser.live_tokens - counted
+            counted = parser.live_tokens
             if not first_output and parser.saw_output:
                 first_output.append(time.monotonic() - started)
+            return True
 
         try:
             try:

@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from client.core.errors import ConfigError, StreamDropped, not_event_stream, proxy_refused
 from client.wire.connect import NetworkOptions, Route, open_connection, route_for
-from client.wire.http1 import Connection, Headers, ResponseHead
+from client.wire.http1 import Connection, Feed, Headers, ResponseHead
 from client.wire.urls import ServerURL
 
 # A keep-alive connection the server closed while it sat idle fails at once when reused; a drop later
@@ -71,11 +70,13 @@ class StreamingTransport:
         return (f"POST {self._target(path)} HTTP/1.1\r\n{self._fixed_headers}"
                 f"content-length: {len(body)}\r\n\r\n").encode("latin-1") + body
 
-    async def post(self, path: str, body: bytes, feed: Callable[[bytes], None], *, idle_timeout: float,
+    async def post(self, path: str, body: bytes, feed: Feed, *, idle_timeout: float,
                    expect_type: str | None = None) -> StreamResponse:
         """Send one POST to the server path `path`; a 200 body streams into `feed` as it arrives, until the
-        response is complete. With `expect_type` (e.g. "text/event-stream"), a 200 of another declared
-        Content-Type raises NotEventStream naming the type and the first bytes of the body."""
+        response is complete. `feed` returns False for a piece that carried no progress: `idle_timeout`
+        counts from the last piece that did (client.wire.http1). With `expect_type` (e.g.
+        "text/event-stream"), a 200 of another declared Content-Type raises NotEventStream naming the type
+        and the first bytes of the body."""
         request = self._request_bytes(path, body)
         while True:
             while self._idle and self._idle[-1].closed:

@@ -18,6 +18,7 @@ import gzip
 import itertools
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from tests.servers import chatwire
@@ -61,16 +62,23 @@ MODES: dict[str, str] = {
                  "non-streaming chat answers 500",
     "stall": "the stream goes silent after the first reasoning chunk until the client leaves",
     "drop_mid": "the connection is aborted after the first content chunk (no chunked terminator)",
+    "runaway": "after the first reasoning chunk, content chunks without end, past any max_tokens, until the "
+               "client leaves",
+    "ping_only": "after the first reasoning chunk, only ': ping' comments (every --chunk-delay, at least 50 ms) "
+                 "until the client leaves",
     "echo_auth": "every 401 (a wrong --api-key) and every chat request (a 500) quotes the request's "
                  "Authorization header in its body, as some proxies and debug builds do",
     "ids_once": "SGLang's sglext ids chunk (on return_output_ids_in_sglext) in the first stream only: a server "
                 "that gives ids at the preflight and none afterwards",
 }
 _EXCLUSIVE = ({"http10_close", "content_length", "bad_chunk_crlf"}, {"strict400", "strict422"},
-              {"health404", "health_slow"}, {"html200", "html200_all"}, {"stall", "drop_mid", "mid_error"})
+              {"health404", "health_slow"}, {"html200", "html200_all"},
+              {"stall", "drop_mid", "mid_error", "runaway", "ping_only"})
 _REPEATED = [("Set-Cookie", "a=1; Path=/"), ("Set-Cookie", "b=2; Path=/"), ("X-Test", "one"), ("X-Test", "two")]
 _HTML = "text/html; charset=utf-8"
-_MARKERS = ("stall", "drop")
+_MARKERS = ("stall", "drop", "runaway", "ping")
+# The endless modes stop after this many events even if the client never leaves: every loop is bounded.
+_ENDLESS_LIMIT = 1_000_000
 
 
 def parse_modes(values: list[str]) -> frozenset[str]:
@@ -125,11 +133,21 @@ class Reply:
         if self.srv.chunk_delay > 0:
             await asyncio.sleep(self.srv.chunk_delay)
 
-    async def _marker(self, marker: str) -> bool:
+    async def _marker(self, marker: str, frame: Callable[[bytes], bytes]) -> bool:
         if marker == "drop":
             self.writer.transport.abort()
-        else:  # stall: silent until the client closes its side
+        elif marker == "stall":  # silent until the client closes its side
             while await self.reader.read(65536):
+                pass
+        else:  # runaway or ping: events until the client leaves (the write then fails)
+            event = (self.srv.dialect.event(chatwire.runaway_chunk()) if marker == "runaway"
+                     else b": ping\n\n")
+            delay = self.srv.chunk_delay if marker == "runaway" else max(self.srv.chunk_delay, 0.05)
+            try:
+                for _ in range(_ENDLESS_LIMIT):
+                    await send(self.writer, frame(event))
+                    await asyncio.sleep(delay)  # 0 still yields, so the client's leaving is seen
+            except (ConnectionError, OSError):
                 pass
         return False
 
@@ -147,7 +165,7 @@ class Reply:
             await send(self.writer, response_head(200, h, "HTTP/1.0"))
             for ev in events:
                 if isinstance(ev, str):
-                    return await self._marker(ev)
+                    return await self._marker(ev, encode)
                 await send(self.writer, encode(ev))
                 await self._pause()
             if gz is not None:
@@ -157,7 +175,7 @@ class Reply:
         await send(self.writer, response_head(200, [*h, ("Transfer-Encoding", "chunked")]))
         for i, ev in enumerate(events):
             if isinstance(ev, str):
-                return await self._marker(ev)
+                return await self._marker(ev, lambda data: chunk(encode(data)))
             await send(self.writer, chunk(encode(ev), crlf=not (bad and i == 2)))
             await self._pause()
         tail = gz.flush() if gz is not None else b""
@@ -174,7 +192,7 @@ class Reply:
             return self.keep
         before = b"".join(e for e in events[: marks[0]] if isinstance(e, bytes))
         await send(self.writer, head + data[: len(data) // 2 if self.gzip else len(before)])
-        return await self._marker(str(events[marks[0]]))
+        return await self._marker(str(events[marks[0]]), lambda data: data)
 
 
 class OddServer:
@@ -309,6 +327,10 @@ class OddServer:
             reasoning = sum(1 for phase, _ in answer.pieces if phase == "reasoning")
             if self.has("stall"):
                 events.insert(2, "stall")
+            elif self.has("runaway"):
+                events.insert(2, "runaway")
+            elif self.has("ping_only"):
+                events.insert(2, "ping")
             elif self.has("drop_mid"):
                 events.insert(reasoning + 2, "drop")
             self.generated += answer.completion_tokens
