@@ -12,7 +12,7 @@ from pathlib import Path
 
 from client.core.errors import AttemptError, ConfigError
 from client.fleet.dispatcher import STARTING, UP
-from client.fleet.readiness import probe
+from client.fleet.readiness import MODELS_LIMIT_S, Readiness, probe
 from client.wire.endpoint import Endpoint
 from client.wire.urls import ServerURL
 
@@ -52,25 +52,48 @@ def parse_endpoints(spec: str) -> list[str]:
 # A health check at start may take this long before it counts as "no answer" (SGLang's /health
 # generates a token); --wait-ready extends it.
 HEALTH_LIMIT_S = 30.0
+# A probe still open after this long gets a line saying what is waited for, instead of silence.
+SAY_WAITING_AFTER_S = 3.0
+
+
+async def _probe_all(endpoints: Sequence[Endpoint], limit_s: float, note: Callable[[str], None],
+                     say_after_s: float) -> list[Readiness]:
+    """One probe of every endpoint; those that take long are named while they are waited for."""
+    tasks = [asyncio.ensure_future(probe(e, limit_s)) for e in endpoints]
+    try:
+        await asyncio.wait(tasks, timeout=say_after_s)
+        slow = [e.url for e, task in zip(endpoints, tasks, strict=True) if not task.done()]
+        if slow:
+            note(f"waiting up to {limit_s:.0f}s for /health (then up to {MODELS_LIMIT_S:.0f}s for /v1/models) on "
+                 f"{len(slow)} endpoint(s) that have not answered yet: {', '.join(slow)}")
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
-                          note: Callable[[str], None] = lambda _: None) -> None:
+                          note: Callable[[str], None] = lambda _: None, *,
+                          health_limit_s: float = HEALTH_LIMIT_S,
+                          say_waiting_after_s: float = SAY_WAITING_AFTER_S) -> None:
     """Every endpoint must be reachable; those not ready yet (still loading, slow) join later.
 
-    An endpoint nothing answers on is usually a wrong host or port, so it stops the run unless
-    `wait_s` gives a fleet still loading its weights time to open its ports. Not-ready endpoints carry
-    their reason in `counters.last_error`, which the live view and the plain lines show.
+    An endpoint nothing answers on (refused, or accepted and mute on both /health and /v1/models) is
+    usually a wrong host or port, so it stops the run unless `wait_s` gives a fleet still loading its
+    weights time to open its ports. Not-ready endpoints carry their reason in `counters.last_error`,
+    which the live view and the plain lines show. Each probe is bounded (`health_limit_s`, or what is left
+    of `wait_s`, plus client.fleet.readiness.MODELS_LIMIT_S), and one still open after
+    `say_waiting_after_s` is named in a line.
     """
     deadline = time.monotonic() + wait_s
     waiting = False
     while True:
-        limit_s = max(HEALTH_LIMIT_S, deadline - time.monotonic())
-        found = await asyncio.gather(*(probe(e, limit_s) for e in endpoints))
+        limit_s = max(health_limit_s, deadline - time.monotonic())
+        found = await _probe_all(endpoints, limit_s, note, say_waiting_after_s)
         for endpoint, readiness in zip(endpoints, found, strict=True):
             endpoint.counters.state = UP if readiness.ready else STARTING
-            if readiness.via_models:
-                note(f"{endpoint.url}: no /health route; ready because /v1/models answers")
+            if readiness.note:
+                note(f"{endpoint.url}: {readiness.note}")
             if not readiness.ready:
                 endpoint.counters.last_error = f"not ready: {readiness.reason}"[:200]
         silent = [f"{e.url} ({r.reason})" for e, r in zip(endpoints, found, strict=True) if not r.reachable]
@@ -91,10 +114,13 @@ async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
         await asyncio.sleep(2.0)
 
 
-async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wait_s: float) -> str:
-    """The model to request: `requested` if every answering endpoint serves it, else the fleet's one model."""
+async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wait_s: float,
+                        note: Callable[[str], None] = lambda _: None) -> str:
+    """The model to request: `requested` if every answering endpoint serves it, else the fleet's one model.
+    Until one endpoint lists its models, they are asked again for up to `wait_s`, said in one line."""
     deadline = time.monotonic() + wait_s
     served: dict[str, list[str]] = {}
+    said = False
     while True:
         for endpoint in endpoints:
             if endpoint.url in served:
@@ -105,6 +131,9 @@ async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wa
                 continue  # still starting; it is checked when it answers
         if served or time.monotonic() >= deadline:
             break
+        if not said:
+            said = True
+            note(f"waiting up to {wait_s:.0f}s for /v1/models to answer on {', '.join(e.url for e in endpoints)}")
         await asyncio.sleep(2.0)
     if not served:
         raise ConfigError("no endpoint answered /v1/models; are these inference servers? "

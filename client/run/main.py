@@ -144,7 +144,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     stats.endpoints = [e.counters for e in endpoints]
     try:
         await check_reachable(endpoints, args.wait_ready, note=say)
-        model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
+        model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0), note=say)
         await check_max_tokens(endpoints, model, settings.max_tokens)
         gate = SettingsGate(out, run_id=run_id, allow_change=args.allow_settings_change,
                             store=uploader.store if uploader is not None else None, existing_records=len(done_ids))

@@ -56,6 +56,8 @@ MODES: dict[str, str] = {
     "repeated_headers": "every response repeats Set-Cookie and X-Test",
     "health404": "/health answers 404",
     "health_slow": "/health answers only after --health-delay seconds",
+    "health_hang": "/health never answers (until the client leaves); every other route answers",
+    "mute": "accepts connections and reads requests, but never answers anything",
     "strict400": "chat refuses non-standard fields with 400 {'detail': 'Unexpected fields ...'}",
     "strict422": "chat refuses non-standard fields with 422 in FastAPI validation shape",
     "mid_error": "a data: {'error': {...}} event after the first content chunk, then [DONE]; "
@@ -72,7 +74,7 @@ MODES: dict[str, str] = {
                 "that gives ids at the preflight and none afterwards",
 }
 _EXCLUSIVE = ({"http10_close", "content_length", "bad_chunk_crlf"}, {"strict400", "strict422"},
-              {"health404", "health_slow"}, {"html200", "html200_all"},
+              {"health404", "health_slow", "health_hang"}, {"html200", "html200_all"},
               {"stall", "drop_mid", "mid_error", "runaway", "ping_only"})
 _REPEATED = [("Set-Cookie", "a=1; Path=/"), ("Set-Cookie", "b=2; Path=/"), ("X-Test", "one"), ("X-Test", "two")]
 _HTML = "text/html; charset=utf-8"
@@ -222,6 +224,10 @@ class OddServer:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = next(self._conns)
+        if self.has("mute"):
+            while await reader.read(65536):
+                pass
+            return
         for n in itertools.count(1):
             try:
                 req = await read_head(reader)
@@ -267,6 +273,8 @@ class OddServer:
             return await reply.json(404, {"detail": "Not Found"})
         if self.has("health_slow"):
             await asyncio.sleep(self.health_delay)
+        if self.has("health_hang"):
+            return await reply._marker("stall", lambda data: data)
         return await reply.fixed(self.health_status, "text/plain; charset=utf-8", b"")
 
     async def models(self, req: Request, reply: Reply) -> bool:
