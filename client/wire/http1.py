@@ -28,14 +28,8 @@ from typing import cast
 
 import httptools
 
-from client.core.errors import (
-    AttemptError,
-    StreamStalled,
-    map_connection_lost,
-    map_decode_error,
-    map_parse_error,
-    unsupported_encoding,
-)
+from client.core.errors import AttemptError, StreamStalled
+from client.wire.errors_map import BODY, DECODE, Step, connection_lost, translate_attempt, unsupported_encoding
 
 ERROR_BODY_LIMIT = 16384
 # Takes each body piece; returns False when the piece carried no progress (the idle timer is not reset).
@@ -137,7 +131,7 @@ class Connection(asyncio.Protocol):
                 return
             self._finish()
             return
-        self._fail(map_connection_lost(exc, self.where, before_response=not head_done))
+        self._fail(connection_lost(exc, self.where, before_response=not head_done))
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
@@ -148,7 +142,7 @@ class Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(map_parse_error(exc, self.where))
+            self._fail(translate_attempt(exc, Step(BODY, self.where)))
 
     # -- httptools callbacks ---------------------------------------------------------------------------
 
@@ -193,7 +187,7 @@ class Connection(asyncio.Protocol):
         try:
             data = self._decoder.decompress(body)
         except zlib.error as exc:
-            raise map_decode_error(exc, self.where, self._encoding) from exc
+            raise translate_attempt(exc, Step(DECODE, self.where, encoding=self._encoding)) from exc
         if data and self._sink(data) is not False:
             self._last_progress = self._last_read
 
@@ -258,7 +252,7 @@ class Connection(asyncio.Protocol):
             try:
                 tail = self._decoder.flush()
             except zlib.error as exc:
-                raise map_decode_error(exc, self.where, self._encoding) from exc
+                raise translate_attempt(exc, Step(DECODE, self.where, encoding=self._encoding)) from exc
             self._decoder = None
             if tail:
                 self._sink(tail)
