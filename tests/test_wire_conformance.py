@@ -111,6 +111,26 @@ async def test_odd_but_valid_servers_give_the_whole_answer(group: ServerGroup, m
         assert [r["n_on_conn"] for r in posts] == [1, 2]
 
 
+async def test_control_plane_polls_reuse_one_connection(group: ServerGroup) -> None:
+    """GETs ride the streams' keep-alive pool: a poll a second does not open a connection a second."""
+    server = group.oddserver()
+    ep = endpoint(server.url)
+    try:
+        for _ in range(3):
+            assert await ep.health() == 200
+            assert parse_v1_loads(await ep.get_bytes("/v1/loads")).running == 0
+        await ep.stream_chat(PAYLOAD)
+        assert await ep.models() == [chatwire.MODEL]
+    finally:
+        await ep.aclose()
+    records = server.log_records()
+    assert [r["n_on_conn"] for r in records] == list(range(1, 9))
+    assert len({r["conn"] for r in records}) == 1
+    gets = [r for r in records if r["method"] == "GET"]
+    assert all(header(r, "accept-encoding") == ["identity"] and not header(r, "content-type") for r in gets)
+    assert header(chat_records(server)[0], "accept") == ["text/event-stream"]
+
+
 async def test_repeated_headers_are_all_kept(group: ServerGroup) -> None:
     server = group.oddserver("repeated_headers")
     transport = StreamingTransport(server.url, headers={"content-type": "application/json"})

@@ -41,8 +41,8 @@ async def probe(endpoint: Endpoint, limit_s: float) -> Readiness:
         return Readiness(ready=True, reachable=True)
     if status in NO_HEALTH_ROUTE:
         try:
-            await endpoint.get_json("/v1/models", limit_s=limit_s)
-        except (AttemptError, ValueError) as exc:
+            await endpoint.model_catalog(limit_s, fresh=True)
+        except AttemptError as exc:
             return Readiness(ready=False, reachable=True,
                              reason=f"/health answered {status} (no such route) and /v1/models failed: {exc}")
         return Readiness(ready=True, reachable=True, via_models=True,
@@ -59,12 +59,12 @@ async def _models_instead(endpoint: Endpoint, health_limit_s: float) -> Readines
     """/health did not answer in time: is the server serving at all?"""
     hung = f"/health did not answer within {health_limit_s:.0f}s"
     try:
-        await endpoint.get_json("/v1/models", limit_s=MODELS_LIMIT_S)
+        await endpoint.model_catalog(MODELS_LIMIT_S, fresh=True)
     except StreamStalled:
         return Readiness(ready=False, reachable=False,
                          reason=f"it accepted the connection but answered nothing: {hung}, nor /v1/models within "
                                 f"{MODELS_LIMIT_S:.0f}s")
-    except (AttemptError, ValueError) as exc:
+    except AttemptError as exc:
         return Readiness(ready=False, reachable=True, reason=f"{hung} and /v1/models failed: {exc}")
     return Readiness(ready=True, reachable=True, via_models=True,
                      note=f"{hung}; ready because /v1/models answers (its health route hangs)")

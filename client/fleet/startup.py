@@ -126,7 +126,7 @@ async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wa
             if endpoint.url in served:
                 continue
             try:
-                served[endpoint.url] = await endpoint.models()
+                served[endpoint.url] = (await endpoint.model_catalog()).ids
             except AttemptError:
                 continue  # still starting; it is checked when it answers
         if served or time.monotonic() >= deadline:
@@ -160,20 +160,17 @@ async def check_max_tokens(endpoints: Sequence[Endpoint], model: str, max_tokens
     vLLM answers HTTP 400 to every request whose max_tokens exceeds the context ("max_tokens=8192 cannot
     be greater than max_model_len=2048"), and SGLang to every one whose prompt plus max_tokens does: such
     a run would send every prompt once just to write it to the failures file. Both engines list the
-    context as `max_model_len` in /v1/models; an endpoint that does not, or does not answer, is not checked.
+    context as `max_model_len` in /v1/models (read from the list resolve_model fetched); an endpoint that
+    does not, or does not answer, is not checked.
     """
     for endpoint in endpoints:
         try:
-            document = await endpoint.get_json("/v1/models")
-        except (AttemptError, ValueError):
+            served = (await endpoint.model_catalog()).get(model)
+        except AttemptError:
             continue
-        entries = document.get("data") if isinstance(document, dict) else None
-        for entry in entries if isinstance(entries, list) else []:
-            if not isinstance(entry, dict) or entry.get("id") != model:
-                continue
-            context = entry.get("max_model_len")
-            if isinstance(context, int) and not isinstance(context, bool) and max_tokens >= context:
-                raise ConfigError(
-                    f"--max-tokens {max_tokens} does not fit the context of {model} on {endpoint.url} "
-                    f"(max_model_len {context}): every request would be refused. Pass a --max-tokens well "
-                    f"below {context}, leaving room for the prompt.")
+        context = served.max_model_len if served is not None else None
+        if context is not None and max_tokens >= context:
+            raise ConfigError(
+                f"--max-tokens {max_tokens} does not fit the context of {model} on {endpoint.url} "
+                f"(max_model_len {context}): every request would be refused. Pass a --max-tokens well "
+                f"below {context}, leaving room for the prompt.")
