@@ -26,6 +26,7 @@ from client.core.errors import (
     ProtocolError,
     ProxyFailed,
     RequestRejected,
+    StreamStalled,
     TLSCertificateError,
 )
 from client.core.records import Completion
@@ -129,6 +130,17 @@ async def test_control_plane_polls_reuse_one_connection(group: ServerGroup) -> N
     gets = [r for r in records if r["method"] == "GET"]
     assert all(header(r, "accept-encoding") == ["identity"] and not header(r, "content-type") for r in gets)
     assert header(chat_records(server)[0], "accept") == ["text/event-stream"]
+
+
+async def test_a_get_that_never_ends_is_cut_at_its_limit(group: ServerGroup) -> None:
+    """A body that keeps coming (one byte a pause, never whole) does not hold a poll: the deadline ends it."""
+    ep = endpoint(group.oddserver("loads_dribble").url)
+    try:
+        with pytest.raises(StreamStalled, match=r"no whole answer from http://127\.0\.0\.1:\d+/v1/loads within 1s"):
+            await ep.get_bytes("/v1/loads", limit_s=1.0)
+        assert await ep.health() == 200  # the cut connection is not reused
+    finally:
+        await ep.aclose()
 
 
 async def test_repeated_headers_are_all_kept(group: ServerGroup) -> None:

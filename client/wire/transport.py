@@ -10,8 +10,8 @@ plus the server path (`client.wire.urls`).
 
 The control plane rides the same pool, TLS context and proxy decision as the streams (a poll about once a
 second reuses a kept-alive connection instead of reconnecting), so the two can never disagree. A GET is
-bounded: it must connect and its whole answer arrive within its `limit_s`, and its body is kept up to
-`GET_BODY_LIMIT`.
+bounded (`get`): a connect timeout, an idle timer and a deadline for the whole answer; its body is kept up
+to `GET_BODY_LIMIT`.
 """
 
 from __future__ import annotations
@@ -106,8 +106,10 @@ class StreamingTransport:
         return StreamResponse(head.status, head.headers, error_body)
 
     async def get(self, path: str, limit_s: float) -> Response:
-        """GET the server path `path`, the whole answer within `limit_s` (else StreamStalled); every other
-        failure is the AttemptError a POST would get (ConnectFailed, ProxyFailed, TLSCertificateError, ...)."""
+        """GET the server path `path`: connected within the connect timeout (at most `limit_s`; else
+        ConnectFailed), then no pause over `limit_s` and the whole answer by the connect limit plus `limit_s`
+        (else StreamStalled); every other failure is the AttemptError a POST would get (ProxyFailed,
+        TLSCertificateError, ProtocolError, ...)."""
         request = f"GET {self._target(path)} HTTP/1.1\r\n{self._get_headers}\r\n".encode("latin-1")
         pieces: list[bytes] = []
         size = 0
@@ -119,9 +121,13 @@ class StreamingTransport:
                 raise ProtocolError(f"{self.where}{path} sent a body over {GET_BODY_LIMIT >> 20} MiB")
             pieces.append(data)
 
+        # The connection's own limit ends first (ConnectFailed: nothing there), then the idle timer (no byte
+        # for `limit_s`: StreamStalled, a mute or slow server); the deadline ends a server that dribbles.
+        connect_limit_s = min(self.connect_timeout, limit_s)
         try:
-            async with asyncio.timeout(limit_s):
-                head, connection = await self._exchange(request, keep, limit_s, None, limit_s, f"GET {path}")
+            async with asyncio.timeout(connect_limit_s + limit_s):
+                head, connection = await self._exchange(request, keep, limit_s, None, connect_limit_s,
+                                                        f"GET {path}")
         except TimeoutError:
             raise StreamStalled(f"no whole answer from {self.where}{path} within {limit_s:.0f}s") from None
         body = b"".join(pieces) if head.status == 200 else b"".join(connection.error_body)

@@ -58,6 +58,8 @@ MODES: dict[str, str] = {
     "health_slow": "/health answers only after --health-delay seconds",
     "health_hang": "/health never answers (until the client leaves); every other route answers",
     "mute": "accepts connections and reads requests, but never answers anything",
+    "loads_dribble": "/v1/loads answers 200 with a Content-Length, then sends its body one byte every 50 ms, "
+                     "without end until the client leaves",
     "strict400": "chat refuses non-standard fields with 400 {'detail': 'Unexpected fields ...'}",
     "strict422": "chat refuses non-standard fields with 422 in FastAPI validation shape",
     "mid_error": "a data: {'error': {...}} event after the first content chunk, then [DONE]; "
@@ -281,6 +283,16 @@ class OddServer:
         return await reply.json(200, chatwire.models(self.model, self.owner, self.max_model_len))
 
     async def loads(self, req: Request, reply: Reply) -> bool:
+        if self.has("loads_dribble"):
+            head = reply._headers("application/json", [("Content-Length", str(_ENDLESS_LIMIT))])
+            try:
+                await send(reply.writer, response_head(200, head))
+                for _ in range(_ENDLESS_LIMIT):
+                    await send(reply.writer, b" ")
+                    await asyncio.sleep(0.05)
+            except (ConnectionError, OSError):
+                pass
+            return False
         return await reply.json(200, chatwire.loads(self.running))
 
     async def metrics(self, req: Request, reply: Reply) -> bool:
