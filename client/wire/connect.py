@@ -1,4 +1,4 @@
-"""How the client reaches a server: the TLS context, the proxy decision, and opening stream connections.
+"""How the client reaches a server: the TLS context, the proxy decision, and opening connections.
 
 One `Route` per endpoint, made by `route_for`, serves every request to it, the streams and the
 control-plane GETs alike (both go over client.wire.transport, connected by `open_connection` here).
