@@ -61,7 +61,7 @@ def _detail(exc: BaseException) -> str:
 
 def _untrusted(exc: BaseException, step: Step) -> RegenError:
     assert isinstance(exc, ssl.SSLCertVerificationError)
-    reason = exc.verify_message or exc.reason or _detail(exc)
+    reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or _detail(exc)
     return TLSCertificateError(f"TLS certificate of {step.where} not trusted: {reason}; pass --ca-bundle FILE or "
                                "set SSL_CERT_FILE (or --insecure to skip verification)")
 
@@ -108,7 +108,8 @@ def _os_error(exc: BaseException, step: Step) -> RegenError:
     if step.action in (BODY, DECODE, EVENT):
         return StreamDropped(f"connection to {step.where} lost mid-stream: {detail}")
     if isinstance(exc, ssl.SSLError):
-        return ConnectFailed(f"TLS handshake with {step.where} failed: {exc.reason or detail}")
+        # `reason` is set by OpenSSL's errors only (absent on an SSLError made in Python).
+        return ConnectFailed(f"TLS handshake with {step.where} failed: {getattr(exc, 'reason', None) or detail}")
     return ConnectFailed(f"cannot connect to {step.where}: {detail}")
 
 
