@@ -13,6 +13,7 @@ from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload, sampling_block
 from client.core.records import Prompt
 from client.fleet.preflight import check_settings_fit, field_policy, kind_from_models, refused_fields
+from client.wire.models import parse_models
 from tests.conftest import make_prompts, read_results, run_client
 from tests.servers.harness import ServerGroup
 
@@ -30,7 +31,7 @@ PROMPT = Prompt(id="x", messages=[{"role": "user", "content": "hi"}], tools=None
     ([], None),
 ])
 def test_kind_from_models(document: Any, kind: str | None) -> None:
-    assert kind_from_models(document) == kind
+    assert kind_from_models(parse_models(document)) == kind
 
 
 @pytest.mark.parametrize(("compat", "kinds", "sent"), [

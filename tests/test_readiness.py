@@ -25,6 +25,17 @@ def test_no_health_route_is_ready_by_models(servers: ServerGroup, tmp_path: Path
     assert result.code == 0, result.stderr
     assert f"{server.url}: no /health route; ready because /v1/models answers" in result.stderr
     assert len(read_results(tmp_path / "out")) == 6
+    # The readiness probe's /v1/models is the one the model, context and kind checks read.
+    assert [r["path"] for r in server.log_records()].count("/v1/models") == 1
+
+
+def test_models_are_asked_once_at_start(servers: ServerGroup, tmp_path: Path) -> None:
+    """resolve_model, check_max_tokens and the preflight's kind detection read one /v1/models answer."""
+    server = servers.oddserver()
+    prompts = make_prompts(tmp_path / "p.jsonl", 3)
+    result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out")])
+    assert result.code == 0, result.stderr
+    assert [r["path"] for r in server.log_records()].count("/v1/models") == 1
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from client.core.errors import (
     ProtocolError,
     ProxyFailed,
     RequestRejected,
+    StreamStalled,
     TLSCertificateError,
 )
 from client.core.records import Completion
@@ -108,6 +109,37 @@ async def test_odd_but_valid_servers_give_the_whole_answer(group: ServerGroup, m
     assert all(header(r, "accept-encoding") == ["identity"] for r in posts)
     if modes in ("normal", "crlf"):  # keep-alive: the second stream went over the first one's connection
         assert [r["n_on_conn"] for r in posts] == [1, 2]
+
+
+async def test_control_plane_polls_reuse_one_connection(group: ServerGroup) -> None:
+    """GETs ride the streams' keep-alive pool: a poll a second does not open a connection a second."""
+    server = group.oddserver()
+    ep = endpoint(server.url)
+    try:
+        for _ in range(3):
+            assert await ep.health() == 200
+            assert parse_v1_loads(await ep.get_bytes("/v1/loads")).running == 0
+        await ep.stream_chat(PAYLOAD)
+        assert await ep.models() == [chatwire.MODEL]
+    finally:
+        await ep.aclose()
+    records = server.log_records()
+    assert [r["n_on_conn"] for r in records] == list(range(1, 9))
+    assert len({r["conn"] for r in records}) == 1
+    gets = [r for r in records if r["method"] == "GET"]
+    assert all(header(r, "accept-encoding") == ["identity"] and not header(r, "content-type") for r in gets)
+    assert header(chat_records(server)[0], "accept") == ["text/event-stream"]
+
+
+async def test_a_get_that_never_ends_is_cut_at_its_limit(group: ServerGroup) -> None:
+    """A body that keeps coming (one byte a pause, never whole) does not hold a poll: the deadline ends it."""
+    ep = endpoint(group.oddserver("loads_dribble").url)
+    try:
+        with pytest.raises(StreamStalled, match=r"no whole answer from http://127\.0\.0\.1:\d+/v1/loads within 1s"):
+            await ep.get_bytes("/v1/loads", limit_s=1.0)
+        assert await ep.health() == 200  # the cut connection is not reused
+    finally:
+        await ep.aclose()
 
 
 async def test_repeated_headers_are_all_kept(group: ServerGroup) -> None:

@@ -22,6 +22,7 @@ from client.core.payload import FieldPolicy, SamplingSettings
 from client.fleet.kinds import ServerKind
 from client.fleet.token_ids import no_ids_refusal
 from client.wire.endpoint import Endpoint
+from client.wire.models import ModelCatalog
 from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
 SGLANG, VLLM, OTHER = ServerKind.SGLANG, ServerKind.VLLM, ServerKind.OTHER
@@ -49,20 +50,19 @@ _ID_FIELDS = frozenset({"return_token_ids", *SGLANG_REQUEST_FIELDS})
 _NO_IDS_FIX = "--token-ids off"
 
 
-def kind_from_models(document: Any) -> str | None:
+def kind_from_models(catalog: ModelCatalog) -> str | None:
     """The engine named by `/v1/models` `owned_by`, or None when it names no engine we know."""
-    entries = document.get("data") if isinstance(document, dict) else None
-    owners = {str(e.get("owned_by", "")).lower() for e in entries or [] if isinstance(e, dict)}
     for kind in (SGLANG, VLLM):
-        if kind in owners:
+        if kind in catalog.owners:
             return kind
     return None
 
 
 async def detect_kind(endpoint: Endpoint) -> str:
+    """The server's kind, from the /v1/models the start-up checks fetched (asked now only if none did)."""
     try:
-        found = kind_from_models(await endpoint.get_json("/v1/models"))
-    except (AttemptError, ValueError):
+        found = kind_from_models(await endpoint.model_catalog())
+    except AttemptError:
         found = None
     if found is not None:
         return found
@@ -128,7 +128,7 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
         body = orjson.dumps(payload)
         try:
             async with asyncio.timeout(limit_s):
-                completion, _ = await endpoint.stream_chat(body)
+                completion, _ = await endpoint.stream_chat(body, max_tokens=1)
         except RequestRejected as exc:
             raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc,
                            require_ids=require_ids) from None

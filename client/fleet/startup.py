@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from client.core.errors import AttemptError, ConfigError
-from client.fleet.readiness import Readiness, probe
+from client.fleet.readiness import MODELS_LIMIT_S, Readiness, probe
 from client.wire.endpoint import Endpoint
 from client.wire.urls import ServerURL
 
@@ -51,24 +51,47 @@ def parse_endpoints(spec: str) -> list[str]:
 # A health check at start may take this long before it counts as "no answer" (SGLang's /health
 # generates a token); --wait-ready extends it.
 HEALTH_LIMIT_S = 30.0
+# A probe still open after this long gets a line saying what is waited for, instead of silence.
+SAY_WAITING_AFTER_S = 3.0
+
+
+async def _probe_all(endpoints: Sequence[Endpoint], limit_s: float, note: Callable[[str], None],
+                     say_after_s: float) -> list[Readiness]:
+    """One probe of every endpoint; those that take long are named while they are waited for."""
+    tasks = [asyncio.ensure_future(probe(e, limit_s)) for e in endpoints]
+    try:
+        await asyncio.wait(tasks, timeout=say_after_s)
+        slow = [e.url for e, task in zip(endpoints, tasks, strict=True) if not task.done()]
+        if slow:
+            note(f"waiting up to {limit_s:.0f}s for /health (then up to {MODELS_LIMIT_S:.0f}s for /v1/models) on "
+                 f"{len(slow)} endpoint(s) that have not answered yet: {', '.join(slow)}")
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
-                          note: Callable[[str], None] = lambda _: None) -> list[Readiness]:
+                          note: Callable[[str], None] = lambda _: None, *,
+                          health_limit_s: float = HEALTH_LIMIT_S,
+                          say_waiting_after_s: float = SAY_WAITING_AFTER_S) -> list[Readiness]:
     """Every endpoint must be reachable; those not ready yet (still loading, slow) join later.
 
-    An endpoint nothing answers on is usually a wrong host or port, so it stops the run unless
-    `wait_s` gives a fleet still loading its weights time to open its ports. Returns what each endpoint's
-    probe found (by position), which the dispatcher takes as its starting health.
+    An endpoint nothing answers on (refused, or accepted and mute on both /health and /v1/models) is
+    usually a wrong host or port, so it stops the run unless `wait_s` gives a fleet still loading its
+    weights time to open its ports. Returns what each endpoint's probe found (by position), which the
+    dispatcher takes as its starting health. Each probe is bounded (`health_limit_s`, or what is left
+    of `wait_s`, plus client.fleet.readiness.MODELS_LIMIT_S), and one still open after
+    `say_waiting_after_s` is named in a line.
     """
     deadline = time.monotonic() + wait_s
     waiting = False
     while True:
-        limit_s = max(HEALTH_LIMIT_S, deadline - time.monotonic())
-        found = await asyncio.gather(*(probe(e, limit_s) for e in endpoints))
+        limit_s = max(health_limit_s, deadline - time.monotonic())
+        found = await _probe_all(endpoints, limit_s, note, say_waiting_after_s)
         for endpoint, readiness in zip(endpoints, found, strict=True):
-            if readiness.via_models:
-                note(f"{endpoint.url}: no /health route; ready because /v1/models answers")
+            if readiness.note:
+                note(f"{endpoint.url}: {readiness.note}")
         silent = [f"{e.url} ({r.reason})" for e, r in zip(endpoints, found, strict=True) if not r.reachable]
         if not silent:
             return found
@@ -87,20 +110,26 @@ async def check_reachable(endpoints: Sequence[Endpoint], wait_s: float,
         await asyncio.sleep(2.0)
 
 
-async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wait_s: float) -> str:
-    """The model to request: `requested` if every answering endpoint serves it, else the fleet's one model."""
+async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wait_s: float,
+                        note: Callable[[str], None] = lambda _: None) -> str:
+    """The model to request: `requested` if every answering endpoint serves it, else the fleet's one model.
+    Until one endpoint lists its models, they are asked again for up to `wait_s`, said in one line."""
     deadline = time.monotonic() + wait_s
     served: dict[str, list[str]] = {}
+    said = False
     while True:
         for endpoint in endpoints:
             if endpoint.url in served:
                 continue
             try:
-                served[endpoint.url] = await endpoint.models()
+                served[endpoint.url] = (await endpoint.model_catalog()).ids
             except AttemptError:
                 continue  # still starting; it is checked when it answers
         if served or time.monotonic() >= deadline:
             break
+        if not said:
+            said = True
+            note(f"waiting up to {wait_s:.0f}s for /v1/models to answer on {', '.join(e.url for e in endpoints)}")
         await asyncio.sleep(2.0)
     if not served:
         raise ConfigError("no endpoint answered /v1/models; are these inference servers? "
@@ -127,20 +156,17 @@ async def check_max_tokens(endpoints: Sequence[Endpoint], model: str, max_tokens
     vLLM answers HTTP 400 to every request whose max_tokens exceeds the context ("max_tokens=8192 cannot
     be greater than max_model_len=2048"), and SGLang to every one whose prompt plus max_tokens does: such
     a run would send every prompt once just to write it to the failures file. Both engines list the
-    context as `max_model_len` in /v1/models; an endpoint that does not, or does not answer, is not checked.
+    context as `max_model_len` in /v1/models (read from the list resolve_model fetched); an endpoint that
+    does not, or does not answer, is not checked.
     """
     for endpoint in endpoints:
         try:
-            document = await endpoint.get_json("/v1/models")
-        except (AttemptError, ValueError):
+            served = (await endpoint.model_catalog()).get(model)
+        except AttemptError:
             continue
-        entries = document.get("data") if isinstance(document, dict) else None
-        for entry in entries if isinstance(entries, list) else []:
-            if not isinstance(entry, dict) or entry.get("id") != model:
-                continue
-            context = entry.get("max_model_len")
-            if isinstance(context, int) and not isinstance(context, bool) and max_tokens >= context:
-                raise ConfigError(
-                    f"--max-tokens {max_tokens} does not fit the context of {model} on {endpoint.url} "
-                    f"(max_model_len {context}): every request would be refused. Pass a --max-tokens well "
-                    f"below {context}, leaving room for the prompt.")
+        context = served.max_model_len if served is not None else None
+        if context is not None and max_tokens >= context:
+            raise ConfigError(
+                f"--max-tokens {max_tokens} does not fit the context of {model} on {endpoint.url} "
+                f"(max_model_len {context}): every request would be refused. Pass a --max-tokens well "
+                f"below {context}, leaving room for the prompt.")

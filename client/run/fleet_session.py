@@ -62,7 +62,7 @@ async def open_fleet(
         for endpoint, readiness in zip(endpoints, found, strict=True):
             dispatcher.starting(endpoint, readiness.ready, readiness.reason)
         answering = [e for e in endpoints if dispatcher.health(e) is Health.UP]
-        model = await resolve_model(endpoints, cfg.model, max(cfg.wait_ready, _MODEL_WAIT_S))
+        model = await resolve_model(endpoints, cfg.model, max(cfg.wait_ready, _MODEL_WAIT_S), note=note)
         await check_max_tokens(endpoints, model, settings.max_tokens)
 
         shape = await settle_fields(endpoints, answering, settings, model=model, compat=cfg.compat,

@@ -154,7 +154,7 @@ class Generator:
             try:
                 # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
                 async with self.dispatcher.scope(endpoint):
-                    completion, ttft = await endpoint.stream_chat(body)
+                    completion, ttft = await endpoint.stream_chat(body, max_tokens=self.shape.settings.max_tokens)
             finally:
                 self.dispatcher.release(endpoint)
             if ids.required and not completion.completion_token_ids:

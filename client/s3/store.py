@@ -1,12 +1,6 @@
-"""The one module that talks to S3: a typed surface over the few aioboto3 calls the sync needs, and the
-mapping of botocore exceptions onto the project's error tree.
-
-    RegenError
-    ├── ConfigError
-    │   └── S3AccessError      bucket missing, access denied, no credentials       (exit 2 at start-up)
-    └── S3Error                an S3 call failed; the uploader backs off and retries
-        ├── S3Unavailable      the store could not be reached, timed out or answered 5xx
-        └── S3Conflict         a conditional write found another writer's object
+"""The one module that talks to S3: a typed surface over the few aioboto3 calls the sync needs. Every call
+runs in client.s3.errors_map.mapped, which turns botocore's exceptions into the S3 classes of the
+project's tree (client.core.errors): S3AccessError (exit 2 at start-up), S3Unavailable, S3Conflict, S3Error.
 
 aioboto3 has no type stubs, so everything untyped stays in here. Integrity: every body goes up with its
 Content-MD5 (S3 refuses a body that does not match), and the callers compare the ETag S3 reports with
@@ -24,30 +18,13 @@ from typing import Any
 
 import aioboto3
 from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
-from botocore.exceptions import (  # type: ignore[import-untyped]
-    BotoCoreError,
-    ClientError,
-    NoCredentialsError,
-    PartialCredentialsError,
-)
+from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from client.core import redact
 from client.core.errors import ConfigError, RegenError, S3AccessError, S3Conflict, S3Error, S3Unavailable
+from client.s3.errors_map import MISSING_KEY_CODES, S3Step, answer_of, mapped, translate
 
 __all__ = ["S3AccessError", "S3Conflict", "S3Error", "S3Store", "S3Unavailable", "S3Url"]
-
-
-_ACCESS_CODES = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-                 "InvalidToken", "AllAccessDisabled", "AccountProblem"}
-_MISSING_BUCKET = {"NoSuchBucket"}
-_MISSING_KEY = {"NoSuchKey", "404", "NotFound"}
-_BUSY_CODES = {"SlowDown", "RequestTimeout", "ServiceUnavailable", "InternalError", "RequestTimeTooSkewed"}
-
-# The IAM actions behind the calls below (docs/s3.md lists the same): head_bucket and list_objects_v2 need
-# ListBucket, start-up's list_multipart_uploads needs ListBucketMultipartUploads (both on the bucket);
-# the object reads, writes and multipart parts need GetObject, PutObject and AbortMultipartUpload.
-PERMISSIONS = ("the client needs s3:ListBucket and s3:ListBucketMultipartUploads on the bucket, and "
-               "s3:GetObject, s3:PutObject and s3:AbortMultipartUpload on the prefix")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +82,9 @@ class S3Store:
     async def __aenter__(self) -> S3Store:
         self._context = aioboto3.Session().client("s3", endpoint_url=self.endpoint_url, config=self._config)
         try:
-            self._client = await self._context.__aenter__()
-        except (BotoCoreError, ValueError) as exc:
+            with mapped(self._step("open the S3 client")):
+                self._client = await self._context.__aenter__()
+        except ValueError as exc:  # botocore's refusal of a malformed endpoint URL or region
             raise self._map(exc, "open the S3 client") from exc
         return self
 
@@ -122,50 +100,28 @@ class S3Store:
         # An endpoint URL may carry userinfo, and botocore quotes the URL in its own messages too.
         return f"{self.url}" + (f" at {redact.url(self.endpoint_url)}" if self.endpoint_url else "")
 
+    def _step(self, action: str) -> S3Step:
+        return S3Step(action, self.url.bucket, self._where())
+
     def _map(self, exc: BaseException, action: str) -> RegenError:
-        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-            return S3AccessError(f"no usable AWS credentials to {action} on {self._where()}: set AWS_PROFILE, or "
-                                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run on a host with an instance role")
-        if isinstance(exc, ClientError):
-            error = exc.response.get("Error", {})
-            code = str(error.get("Code", ""))
-            message = redact.text(str(error.get("Message", "")) or code)
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            if code in _MISSING_BUCKET:
-                return S3AccessError(f"bucket {self.url.bucket!r} does not exist ({self._where()}): create it "
-                                     "or fix --s3 (and --s3-endpoint-url / AWS_DEFAULT_REGION)")
-            if code in _ACCESS_CODES or status == 403:
-                return S3AccessError(f"access denied to {action} on {self._where()} ({code}: {message}): check "
-                                     f"the AWS credentials, the region and the bucket policy ({PERMISSIONS})")
-            if code == "PreconditionFailed" or status == 412:
-                return S3Conflict(f"{action}: a conditional write did not hold ({message})", code)
-            if code in _BUSY_CODES or status >= 500 or status == 429:
-                return S3Unavailable(f"S3 busy or failing: {action}: {code}: {message}", code)
-            return S3Error(f"S3 refused to {action}: {code}: {message}", code)
-        if isinstance(exc, BotoCoreError | OSError | TimeoutError):
-            return S3Unavailable(f"cannot reach S3 ({self._where()}) to {action}: {redact.text(str(exc))}")
-        return S3Error(f"{action}: {type(exc).__name__}: {redact.text(str(exc))}")
+        return translate(exc, self._step(action))
 
     async def _call(self, action: str, operation: str, **params: Any) -> Any:
-        try:
+        with mapped(self._step(action)):
             return await getattr(self._client, operation)(Bucket=self.url.bucket, **params)
-        except (BotoCoreError, ClientError, OSError, TimeoutError) as exc:
-            raise self._map(exc, action) from exc
 
     # -- calls -----------------------------------------------------------------------------------------
 
     async def check_bucket(self) -> None:
         """Fail fast (S3AccessError / S3Unavailable) when the bucket cannot be reached or read."""
         try:
-            await self._client.head_bucket(Bucket=self.url.bucket)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in ("404", "NotFound", "NoSuchBucket"):
+            with mapped(self._step("read the bucket")):
+                await self._client.head_bucket(Bucket=self.url.bucket)
+        except S3Error as exc:
+            if exc.code in ("404", "NotFound"):  # HEAD has no body: a missing bucket is only its status
                 raise self._map(ClientError({"Error": {"Code": "NoSuchBucket"}}, "HeadBucket"),
                                 "read the bucket") from exc
-            raise self._map(exc, "read the bucket") from exc
-        except (BotoCoreError, OSError, TimeoutError) as exc:
-            raise self._map(exc, "read the bucket") from exc
+            raise
 
     async def put(self, key: str, body: bytes, md5_digest: bytes, *, content_type: str = "application/octet-stream",
                   if_match: str | None = None, if_none_match: bool = False) -> tuple[str, str]:
@@ -212,27 +168,25 @@ class S3Store:
 
     async def head(self, key: str) -> ObjectInfo | None:
         try:
-            reply = await self._client.head_object(Bucket=self.url.bucket, Key=self.url.key(key))
-        except ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code", "")) in _MISSING_KEY:
+            with mapped(self._step(f"check {key}")):
+                reply = await self._client.head_object(Bucket=self.url.bucket, Key=self.url.key(key))
+        except S3Error as exc:
+            if _missing_key(exc):
                 return None
-            raise self._map(exc, f"check {key}") from exc
-        except (BotoCoreError, OSError, TimeoutError) as exc:
-            raise self._map(exc, f"check {key}") from exc
+            raise
         return ObjectInfo(key, int(reply.get("ContentLength", 0)), str(reply.get("ETag", "")))
 
     async def get(self, key: str) -> tuple[bytes, str] | None:
         """The object's bytes and ETag, or None when there is no such key."""
         try:
-            reply = await self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(key))
-            async with reply["Body"] as body:
-                data = await body.read()
-        except ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code", "")) in _MISSING_KEY:
+            with mapped(self._step(f"read {key}")):
+                reply = await self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(key))
+                async with reply["Body"] as body:
+                    data = await body.read()
+        except S3Error as exc:
+            if _missing_key(exc):
                 return None
-            raise self._map(exc, f"read {key}") from exc
-        except (BotoCoreError, OSError, TimeoutError) as exc:
-            raise self._map(exc, f"read {key}") from exc
+            raise
         return bytes(data), str(reply.get("ETag", ""))
 
     async def list_objects(self, prefix: str) -> list[ObjectInfo]:
@@ -247,6 +201,11 @@ class S3Store:
             if not reply.get("IsTruncated") or not token:
                 return found
             params["ContinuationToken"] = token
+
+
+def _missing_key(exc: S3Error) -> bool:
+    """No such key: an answer, not a failure, for `head` and `get`."""
+    return isinstance(exc.__cause__, ClientError) and answer_of(exc.__cause__).code in MISSING_KEY_CODES
 
 
 def describe_error(exc: BaseException) -> str:

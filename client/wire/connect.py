@@ -1,8 +1,7 @@
-"""How the client reaches a server: the TLS context, the proxy decision, and opening stream connections.
+"""How the client reaches a server: the TLS context, the proxy decision, and opening connections.
 
-One `Route` per endpoint, made by `route_for`, serves both its streams (our Protocol, `open_connection`
-here) and its control-plane requests (httpx, given `route.ssl` and `route.proxy` explicitly with
-`trust_env=False`), so the two can never disagree.
+One `Route` per endpoint, made by `route_for`, serves every request to it, the streams and the
+control-plane GETs alike (both go over client.wire.transport, connected by `open_connection` here).
 
 TLS: the system's trust store (OpenSSL's default paths, so `SSL_CERT_FILE` / `SSL_CERT_DIR` are honoured);
 `--ca-bundle FILE` trusts the CAs in FILE instead; `--insecure` skips verification (a warning is printed
@@ -11,7 +10,7 @@ once). One context per setting for the whole process.
 Proxies, one policy for every request:
 - `--proxy URL` sends every request through URL, loopback servers included (you asked for it).
 - `--proxy none` never uses a proxy.
-- Otherwise the environment decides, as curl and httpx read it: `HTTPS_PROXY` for https servers,
+- Otherwise the environment decides, as curl reads it: `HTTPS_PROXY` for https servers,
   `HTTP_PROXY` for http ones, `ALL_PROXY` for both, lowercase spellings too, hosts in `NO_PROXY` excepted
   (`urllib.request.getproxies_environment` / `proxy_bypass_environment`). Loopback servers (127.0.0.0/8,
   ::1, localhost) never go through an environment proxy, so a shell's proxy never captures local servers.
@@ -35,7 +34,8 @@ from urllib.parse import unquote, urlsplit
 
 import httptools
 
-from client.core.errors import ConfigError, map_ca_bundle_error, map_connect_error, proxy_refused
+from client.core.errors import ConfigError
+from client.wire.errors_map import CA_BUNDLE, CONNECT, PROXY, Step, mapped, proxy_refused
 from client.wire.urls import ServerURL
 
 P = TypeVar("P", bound=asyncio.Protocol)
@@ -56,7 +56,6 @@ class Route:
 
     ssl: ssl.SSLContext
     proxy: ServerURL | None = None
-    proxy_url: str | None = field(default=None, repr=False)  # as given, with credentials (for httpx)
     proxy_header: str = field(default="", repr=False)  # "Proxy-Authorization: Basic ...\r\n" or ""
 
 
@@ -70,10 +69,8 @@ def ssl_context(ca_bundle: str | None = None, insecure: bool = False) -> ssl.SSL
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
-    try:
+    with mapped(Step(CA_BUNDLE, ca_bundle or "")):
         return ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
-    except (OSError, ssl.SSLError) as exc:
-        raise map_ca_bundle_error(exc, ca_bundle or "") from exc
 
 
 def choose_proxy(server: ServerURL, option: str | None) -> str | None:
@@ -108,7 +105,7 @@ def route_for(server: ServerURL, options: NetworkOptions) -> Route:
     if parts.username is not None or parts.password is not None:
         userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
         header = f"Proxy-Authorization: Basic {base64.b64encode(userinfo.encode()).decode()}\r\n"
-    return Route(context, proxy, chosen, header)
+    return Route(context, proxy, header)
 
 
 async def open_connection(factory: Callable[[], P], server: ServerURL, route: Route,
@@ -117,37 +114,31 @@ async def open_connection(factory: Callable[[], P], server: ServerURL, route: Ro
     loop = asyncio.get_running_loop()
     proxy = route.proxy
     tls = route.ssl if server.scheme == "https" else None
+    to_server = Step(CONNECT, server.host_port)
     if proxy is None:
-        try:
+        with mapped(to_server):
             async with asyncio.timeout(limit_s):
                 _, protocol = await loop.create_connection(factory, server.host, server.port, ssl=tls,
                                                            server_hostname=server.host if tls else None)
-        except (OSError, TimeoutError) as exc:
-            raise map_connect_error(exc, host=server.host, port=server.port) from exc
         return protocol
-    try:
+    with mapped(Step(PROXY, server.host_port, proxy=proxy.display)):
         async with asyncio.timeout(limit_s):
             transport, tunnel = await loop.create_connection(_Tunnel, proxy.host, proxy.port)
-    except (OSError, TimeoutError) as exc:
-        raise map_connect_error(exc, host=server.host, port=server.port, proxy=proxy.display) from exc
     if tls is None:  # http: absolute-form requests on this connection
         protocol = factory()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         return protocol
     try:
-        async with asyncio.timeout(limit_s):
-            await tunnel.connect(server.host_port, route.proxy_header, proxy.display)
-            secure = await loop.start_tls(transport, tunnel, tls, server_hostname=server.host)
-    except (OSError, TimeoutError) as exc:
-        transport.abort()
-        raise map_connect_error(exc, host=server.host, port=server.port) from exc
+        with mapped(to_server):
+            async with asyncio.timeout(limit_s):
+                await tunnel.connect(server.host_port, route.proxy_header, proxy.display)
+                secure = await loop.start_tls(transport, tunnel, tls, server_hostname=server.host)
+            if secure is None:
+                raise ConnectionResetError("the tunnel closed during the TLS handshake")
     except BaseException:
         transport.abort()
         raise
-    if secure is None:
-        raise map_connect_error(ConnectionResetError("the tunnel closed during the TLS handshake"),
-                                host=server.host, port=server.port)
     protocol = factory()
     secure.set_protocol(protocol)
     protocol.connection_made(secure)

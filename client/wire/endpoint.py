@@ -1,33 +1,42 @@
-"""One server, as the client sees it: streaming chat completions (over client.wire.transport, the hot path),
-model list, health and load documents (over httpx).
+"""One server, as the client sees it: streaming chat completions (the hot path), its model list, health and
+load documents (the control plane), and its wire counters.
 
-Both kinds of request share one `Route` (TLS context and proxy decision, client.wire.connect) and one
-path rule (client.wire.urls: `root + /v1/...`, `root + /health`); `url` is the base URL without credentials.
+Every request goes over one client.wire.transport.StreamingTransport: one keep-alive pool, one `Route`
+(TLS context and proxy decision, client.wire.connect) and one path rule (client.wire.urls:
+`root + /v1/...`, `root + /health`); `url` is the base URL without credentials. `/v1/models` is parsed
+once (client.wire.models) and kept: the start-up checks read it from here instead of asking again.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import httpx
 import orjson
 
 from client.core.errors import (
     AttemptError,
     ConfigError,
+    RunawayStream,
     error_for_status,
-    map_httpx_error,
-    map_json_error,
 )
 from client.core.records import Completion
 from client.wire.connect import NetworkOptions, route_for
+from client.wire.errors_map import DOCUMENT, Step, mapped
+from client.wire.models import ModelCatalog, parse_models
 from client.wire.sse import StreamParser
 from client.wire.transport import StreamingTransport
 from client.wire.urls import ServerURL
 
 CHAT_PATH = "/v1/chat/completions"
+# How far past max_tokens a stream may run before it is cut off as a RunawayStream: max(64, 10%) leaves
+# room for a count that is only a lower bound rising unevenly (one per chunk until usage corrects it), for
+# servers that count a stop token or an MTP step's extra drafts past the limit, and still ends a server
+# that ignores max_tokens after a tenth more tokens than asked for.
+RUNAWAY_MARGIN_MIN = 64
+RUNAWAY_MARGIN_FRACTION = 0.10
 
 
 @dataclass
@@ -37,7 +46,13 @@ class WireCounters:
     streamed_tokens: int = 0  # completion tokens as they stream, failed attempts included
     chunks: int = 0  # SSE events received, for the client-cost benchmark and debugging
     reads: int = 0  # transport reads that delivered them
-T = TypeVar("T")
+
+
+def token_limit(max_tokens: int) -> int:
+    """The completion token count past which a stream asked for `max_tokens` is a RunawayStream."""
+    return max_tokens + max(RUNAWAY_MARGIN_MIN, int(max_tokens * RUNAWAY_MARGIN_FRACTION))
+
+
 
 
 class Endpoint:
@@ -60,106 +75,101 @@ class Endpoint:
             raise ConfigError(f"endpoint {exc}") from exc
         self.url = self.server.display  # never with credentials: this is what records and the console show
         self.index = index  # its place in the fleet, which stats and the dispatcher key on
-        self.max_in_flight = max_in_flight
         self.wire = WireCounters()
+        self.max_in_flight = max_in_flight
         self.idle_timeout = idle_timeout
         self.last_error: AttemptError | None = None  # why the last health check got no answer
-        headers = {"content-type": "application/json", "user-agent": "regen-swarm", "accept-encoding": "identity"}
+        self.catalog: ModelCatalog | None = None  # the last /v1/models that answered (model_catalog)
+        headers = {"user-agent": "regen-swarm", "accept-encoding": "identity"}
         token = api_key or self.server.token
         if token:
             headers["authorization"] = f"Bearer {token}"
         self.route = route_for(self.server, network or NetworkOptions())
-        # Streams go over our own Protocol-based transport (the hot path); the control plane (health,
-        # loads, models: about one request a second) over plain httpx, told the same TLS context and proxy
-        # (trust_env=False: the environment was read once, by route_for).
-        self._stream = StreamingTransport(self.server, headers={**headers, "accept": "text/event-stream"},
-                                          connect_timeout=connect_timeout, route=self.route)
-        self._client = httpx.AsyncClient(
-            base_url=self.server.origin + self.server.root,
-            headers=headers,
-            timeout=httpx.Timeout(connect=connect_timeout, read=30.0, write=30.0, pool=30.0),
-            limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
-            verify=self.route.ssl,
-            proxy=self.route.proxy_url,
-            trust_env=False,
-        )
+        self._http = StreamingTransport(self.server, headers=headers, connect_timeout=connect_timeout,
+                                        route=self.route,
+                                        post_headers={"content-type": "application/json",
+                                                      "accept": "text/event-stream"})
 
     async def aclose(self) -> None:
-        self._stream.close()
-        await self._client.aclose()
-
-    async def _get(self, path: str, limit_s: float) -> tuple[int, bytes, str | None]:
-        try:
-            response = await self._client.get(path, timeout=limit_s)
-            return response.status_code, await response.aread(), response.headers.get("content-type")
-        except (httpx.HTTPError, OSError, TimeoutError) as exc:
-            proxy = self.route.proxy.display if self.route.proxy is not None else None
-            raise map_httpx_error(exc, where=self.url + path, host_port=self.server.host_port,
-                                  proxy=proxy) from exc
+        self._http.close()
 
     async def get_bytes(self, path: str, limit_s: float = 5.0) -> bytes:
-        """GET the server path `path` (e.g. "/v1/models"); AttemptError when the server cannot be reached or
+        """GET the server path `path` (e.g. "/v1/loads"); AttemptError when the server cannot be reached or
         answers non-200."""
-        status, body, _ = await self._get(path, limit_s)
-        if status != 200:
-            raise error_for_status(status, body)
-        return body
+        response = await self._http.get(path, limit_s)
+        if response.status != 200:
+            raise error_for_status(response.status, response.body)
+        return response.body
 
     async def get_json(self, path: str, limit_s: float = 5.0) -> Any:
         """GET a JSON document; NotJSON (an AttemptError) when the body is not JSON."""
-        status, body, content_type = await self._get(path, limit_s)
-        if status != 200:
-            raise error_for_status(status, body)
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise map_json_error(exc, self.url + path, content_type, body) from exc
+        response = await self._http.get(path, limit_s)
+        if response.status != 200:
+            raise error_for_status(response.status, response.body)
+        with mapped(Step(DOCUMENT, self.url + path, data=response.body,
+                         content_type=response.headers.get("content-type"))):
+            return orjson.loads(response.body)
 
     async def health(self, limit_s: float = 5.0) -> int | None:
         """The /health status code, or None when nothing answers (`last_error` then says why)."""
         try:
-            status, _, _ = await self._get("/health", limit_s)
+            response = await self._http.get("/health", limit_s)
         except AttemptError as exc:
             self.last_error = exc
             return None
         self.last_error = None
-        return status
+        return response.status
+
+    async def model_catalog(self, limit_s: float = 5.0, *, fresh: bool = False) -> ModelCatalog:
+        """The served models: the catalog kept from an earlier answer, or (none yet, or `fresh`) asked now."""
+        if self.catalog is None or fresh:
+            self.catalog = parse_models(await self.get_json("/v1/models", limit_s))
+        return self.catalog
 
     async def models(self) -> list[str]:
         """Served model ids."""
-        document = await self.get_json("/v1/models")
-        data = document.get("data") if isinstance(document, dict) else None
-        entries = [entry for entry in data or [] if isinstance(entry, dict) and "id" in entry]
-        return [str(entry["id"]) for entry in entries]
+        return (await self.model_catalog()).ids
 
-    async def stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
+    async def stream_chat(self, body: bytes, max_tokens: int | None = None) -> tuple[Completion, float | None]:
         """POST one streaming chat completion; returns it whole with its time to first token.
 
-        Raises an AttemptError subclass for every failure, so the retry policy sees one error tree.
+        `max_tokens` is the one in `body` (None when it asks for none): a stream that runs past
+        `token_limit(max_tokens)` tokens is cut off as a RunawayStream. Raises an AttemptError subclass for
+        every failure, so the retry policy sees one error tree.
         """
-        return await self._stream_chat(body)
+        return await self._stream_chat(body, max_tokens)
 
-    async def _stream_chat(self, body: bytes) -> tuple[Completion, float | None]:
+    async def _stream_chat(self, body: bytes, max_tokens: int | None) -> tuple[Completion, float | None]:
         parser = StreamParser()
+        # Without max_tokens the server's own context length bounds the reply; only the idle timeout applies.
+        limit = token_limit(max_tokens) if max_tokens is not None else sys.maxsize
         counters = self.wire
         started = time.monotonic()
         first_output: list[float] = []
         reads = 0
         counted = 0  # of parser.live_tokens, already added to counters.streamed_tokens
 
-        def feed(data: bytes) -> None:
+        def feed(data: bytes) -> bool:
             nonlocal reads, counted
             reads += 1
             parser.feed(data)
-            if parser.live_tokens != counted:
-                counters.streamed_tokens += parser.live_tokens - counted
-                counted = parser.live_tokens
+            if parser.live_tokens == counted:
+                # No new token (comments, keep-alive events, role, finish and usage chunks): not progress
+                # for the idle timer, so a server that sends only `: ping` cannot hold the stream for ever.
+                return False
+            if parser.live_tokens > limit:
+                raise RunawayStream(f"{self.url} streamed {parser.live_tokens} completion tokens without finishing, "
+                                    f"past max_tokens {max_tokens} (cut off at {limit}): the server ignores "
+                                    "max_tokens; the prompt is retried, on another server where there is one")
+            counters.streamed_tokens += parser.live_tokens - counted
+            counted = parser.live_tokens
             if not first_output and parser.saw_output:
                 first_output.append(time.monotonic() - started)
+            return True
 
         try:
             try:
-                response = await self._stream.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
+                response = await self._http.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
                                                    expect_type="text/event-stream")
             except AttemptError:
                 if not parser.whole:

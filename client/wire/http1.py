@@ -11,8 +11,11 @@ A non-200 body, and a 200 body whose Content-Type is not the one expected (an HT
 misrouted proxy instead of text/event-stream), is kept (its first 16 KiB) for the error message instead
 of going to the feed.
 
-Stalls are found by one timer per stream that re-arms itself lazily at the last read plus the idle
-timeout, not by a timer per chunk.
+Stalls are found by one timer per stream that re-arms itself lazily at the last progress plus the idle
+timeout, not by a timer per chunk. Progress is the response head, then each body piece whose feed does not
+return False: the SSE feed returns False for bytes that carried no new token (`: ping` comments, keep-alive
+events), so a server that only sends those cannot hold a stream open for ever; an error body counts while
+it fills the 16 KiB kept of it.
 """
 
 from __future__ import annotations
@@ -25,16 +28,12 @@ from typing import cast
 
 import httptools
 
-from client.core.errors import (
-    AttemptError,
-    StreamStalled,
-    map_connection_lost,
-    map_decode_error,
-    map_parse_error,
-    unsupported_encoding,
-)
+from client.core.errors import AttemptError, StreamStalled
+from client.wire.errors_map import BODY, DECODE, Step, connection_lost, translate_attempt, unsupported_encoding
 
 ERROR_BODY_LIMIT = 16384
+# Takes each body piece; returns False when the piece carried no progress (the idle timer is not reset).
+Feed = Callable[[bytes], "bool | None"]
 _DECODABLE = frozenset({"gzip", "x-gzip", "deflate"})
 
 
@@ -95,8 +94,8 @@ class Connection(asyncio.Protocol):
         self.wrong_type: str | None = None
         self.error_body: list[bytes] = []
         self._parser = httptools.HttpResponseParser(self)
-        self._feed: Callable[[bytes], None] = _discard
-        self._sink: Callable[[bytes], None] = _discard
+        self._feed: Feed = _discard
+        self._sink: Feed = _discard
         self._head: asyncio.Future[ResponseHead] | None = None
         self._done: asyncio.Future[None] | None = None
         self._active = False
@@ -108,6 +107,7 @@ class Connection(asyncio.Protocol):
         self._encoding = ""
         self._error_room = 0
         self._last_read = 0.0
+        self._last_progress = 0.0
         self._idle_timeout = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
@@ -131,7 +131,7 @@ class Connection(asyncio.Protocol):
                 return
             self._finish()
             return
-        self._fail(map_connection_lost(exc, self.where, before_response=not head_done))
+        self._fail(connection_lost(exc, self.where, before_response=not head_done))
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
@@ -142,7 +142,7 @@ class Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(map_parse_error(exc, self.where))
+            self._fail(translate_attempt(exc, Step(BODY, self.where)))
 
     # -- httptools callbacks ---------------------------------------------------------------------------
 
@@ -174,20 +174,22 @@ class Connection(asyncio.Protocol):
             self._encoding = encoding
         chunked = "chunked" in ",".join(headers.get_all("transfer-encoding")).lower()
         self._until_close = not chunked and "content-length" not in headers and status not in (204, 304)
+        self._last_progress = self._last_read
         assert self._head is not None
         if not self._head.done():
             self._head.set_result(ResponseHead(status, headers))
 
     def on_body(self, body: bytes) -> None:
         if self._decoder is None:
-            self._sink(body)
+            if self._sink(body) is not False:
+                self._last_progress = self._last_read
             return
         try:
             data = self._decoder.decompress(body)
         except zlib.error as exc:
-            raise map_decode_error(exc, self.where, self._encoding) from exc
-        if data:
-            self._sink(data)
+            raise translate_attempt(exc, Step(DECODE, self.where, encoding=self._encoding)) from exc
+        if data and self._sink(data) is not False:
+            self._last_progress = self._last_read
 
     def on_message_complete(self) -> None:
         if self._informational:
@@ -199,7 +201,7 @@ class Connection(asyncio.Protocol):
 
     # -- one request -----------------------------------------------------------------------------------
 
-    def start(self, request: bytes, feed: Callable[[bytes], None], idle_timeout: float,
+    def start(self, request: bytes, feed: Feed, idle_timeout: float,
               expect_type: str | None = None) -> None:
         assert self.transport is not None
         self._feed = feed
@@ -217,7 +219,7 @@ class Connection(asyncio.Protocol):
         self.reusable = False
         self.received_any = False
         self._idle_timeout = idle_timeout
-        self._last_read = self.loop.time()
+        self._last_read = self._last_progress = self.loop.time()
         self._timer = self.loop.call_at(self._last_read + idle_timeout, self._check_idle)
         self.transport.write(request)
 
@@ -238,28 +240,31 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _keep_error(self, data: bytes) -> None:
-        if self._error_room > 0:
-            self.error_body.append(data[:self._error_room])
-            self._error_room -= len(data)
+    def _keep_error(self, data: bytes) -> bool:
+        if self._error_room <= 0:
+            return False  # past what is kept: an endless error body is no progress
+        self.error_body.append(data[:self._error_room])
+        self._error_room -= len(data)
+        return True
 
     def _flush_decoder(self) -> None:
         if self._decoder is not None:
             try:
                 tail = self._decoder.flush()
             except zlib.error as exc:
-                raise map_decode_error(exc, self.where, self._encoding) from exc
+                raise translate_attempt(exc, Step(DECODE, self.where, encoding=self._encoding)) from exc
             self._decoder = None
             if tail:
                 self._sink(tail)
 
     def _check_idle(self) -> None:
-        idle_for = self.loop.time() - self._last_read
+        idle_for = self.loop.time() - self._last_progress
         if idle_for >= self._idle_timeout:
             self._timer = None
-            self._fail(StreamStalled(f"no bytes from {self.where} for {idle_for:.0f}s (idle timeout)"))
+            what = "bytes" if self._last_read == self._last_progress else "tokens (only comments or keep-alives)"
+            self._fail(StreamStalled(f"no {what} from {self.where} for {idle_for:.0f}s (idle timeout)"))
         else:
-            self._timer = self.loop.call_at(self._last_read + self._idle_timeout, self._check_idle)
+            self._timer = self.loop.call_at(self._last_progress + self._idle_timeout, self._check_idle)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -30,8 +30,9 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import StreamDropped, StreamErrorEvent, map_event_error
+from client.core.errors import StreamDropped, StreamErrorEvent
 from client.core.records import Completion, ToolCall, Usage
+from client.wire.errors_map import EVENT, Step, translate_attempt
 from client.wire.sglext import fill_cached_tokens, int_list, output_ids, spec_from
 
 _loads = orjson.loads
@@ -121,7 +122,7 @@ class StreamParser:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
-            raise map_event_error(payload, exc) from exc
+            raise translate_attempt(exc, Step(EVENT, "the server", data=payload)) from exc
         if not isinstance(obj, dict):
             raise StreamDropped(f"event is not a JSON object: {payload[:200]!r}")
         self._chunk(obj)

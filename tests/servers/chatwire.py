@@ -125,6 +125,12 @@ def stream_objects(rid: str, answer: Answer, *, include_usage: bool, usage_on_fi
     return out
 
 
+def runaway_chunk() -> dict[str, Any]:
+    """One content chunk of a stream that never finishes (oddserver's runaway mode)."""
+    return {"id": "chatcmpl-runaway", "object": "chat.completion.chunk", "created": CREATED, "model": MODEL,
+            "choices": [{"index": 0, "delta": {"content": " again"}, "logprobs": None, "finish_reason": None}]}
+
+
 @dataclass(frozen=True)
 class Dialect:
     """How events are written: line ends, comment/event lines, JSON split across data lines."""

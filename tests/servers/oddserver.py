@@ -18,6 +18,7 @@ import gzip
 import itertools
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from tests.servers import chatwire
@@ -55,12 +56,20 @@ MODES: dict[str, str] = {
     "repeated_headers": "every response repeats Set-Cookie and X-Test",
     "health404": "/health answers 404",
     "health_slow": "/health answers only after --health-delay seconds",
+    "health_hang": "/health never answers (until the client leaves); every other route answers",
+    "mute": "accepts connections and reads requests, but never answers anything",
+    "loads_dribble": "/v1/loads answers 200 with a Content-Length, then sends its body one byte every 50 ms, "
+                     "without end until the client leaves",
     "strict400": "chat refuses non-standard fields with 400 {'detail': 'Unexpected fields ...'}",
     "strict422": "chat refuses non-standard fields with 422 in FastAPI validation shape",
     "mid_error": "a data: {'error': {...}} event after the first content chunk, then [DONE]; "
                  "non-streaming chat answers 500",
     "stall": "the stream goes silent after the first reasoning chunk until the client leaves",
     "drop_mid": "the connection is aborted after the first content chunk (no chunked terminator)",
+    "runaway": "after the first reasoning chunk, content chunks without end, past any max_tokens, until the "
+               "client leaves",
+    "ping_only": "after the first reasoning chunk, only ': ping' comments (every --chunk-delay, at least 50 ms) "
+                 "until the client leaves",
     "echo_auth": "every 401 (a wrong --api-key) and every chat request (a 500) quotes the request's "
                  "Authorization header in its body, as some proxies and debug builds do",
     "retry_after_once": "the first chat request for more than one token (so not the client's preflight) answers "
@@ -69,10 +78,13 @@ MODES: dict[str, str] = {
                 "that gives ids at the preflight and none afterwards",
 }
 _EXCLUSIVE = ({"http10_close", "content_length", "bad_chunk_crlf"}, {"strict400", "strict422"},
-              {"health404", "health_slow"}, {"html200", "html200_all"}, {"stall", "drop_mid", "mid_error"})
+              {"health404", "health_slow", "health_hang"}, {"html200", "html200_all"},
+              {"stall", "drop_mid", "mid_error", "runaway", "ping_only"})
 _REPEATED = [("Set-Cookie", "a=1; Path=/"), ("Set-Cookie", "b=2; Path=/"), ("X-Test", "one"), ("X-Test", "two")]
 _HTML = "text/html; charset=utf-8"
-_MARKERS = ("stall", "drop")
+_MARKERS = ("stall", "drop", "runaway", "ping")
+# The endless modes stop after this many events even if the client never leaves: every loop is bounded.
+_ENDLESS_LIMIT = 1_000_000
 
 
 def parse_modes(values: list[str]) -> frozenset[str]:
@@ -128,11 +140,21 @@ class Reply:
         if self.srv.chunk_delay > 0:
             await asyncio.sleep(self.srv.chunk_delay)
 
-    async def _marker(self, marker: str) -> bool:
+    async def _marker(self, marker: str, frame: Callable[[bytes], bytes]) -> bool:
         if marker == "drop":
             self.writer.transport.abort()
-        else:  # stall: silent until the client closes its side
+        elif marker == "stall":  # silent until the client closes its side
             while await self.reader.read(65536):
+                pass
+        else:  # runaway or ping: events until the client leaves (the write then fails)
+            event = (self.srv.dialect.event(chatwire.runaway_chunk()) if marker == "runaway"
+                     else b": ping\n\n")
+            delay = self.srv.chunk_delay if marker == "runaway" else max(self.srv.chunk_delay, 0.05)
+            try:
+                for _ in range(_ENDLESS_LIMIT):
+                    await send(self.writer, frame(event))
+                    await asyncio.sleep(delay)  # 0 still yields, so the client's leaving is seen
+            except (ConnectionError, OSError):
                 pass
         return False
 
@@ -150,7 +172,7 @@ class Reply:
             await send(self.writer, response_head(200, h, "HTTP/1.0"))
             for ev in events:
                 if isinstance(ev, str):
-                    return await self._marker(ev)
+                    return await self._marker(ev, encode)
                 await send(self.writer, encode(ev))
                 await self._pause()
             if gz is not None:
@@ -160,7 +182,7 @@ class Reply:
         await send(self.writer, response_head(200, [*h, ("Transfer-Encoding", "chunked")]))
         for i, ev in enumerate(events):
             if isinstance(ev, str):
-                return await self._marker(ev)
+                return await self._marker(ev, lambda data: chunk(encode(data)))
             await send(self.writer, chunk(encode(ev), crlf=not (bad and i == 2)))
             await self._pause()
         tail = gz.flush() if gz is not None else b""
@@ -177,7 +199,7 @@ class Reply:
             return self.keep
         before = b"".join(e for e in events[: marks[0]] if isinstance(e, bytes))
         await send(self.writer, head + data[: len(data) // 2 if self.gzip else len(before)])
-        return await self._marker(str(events[marks[0]]))
+        return await self._marker(str(events[marks[0]]), lambda data: data)
 
 
 class OddServer:
@@ -209,6 +231,10 @@ class OddServer:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = next(self._conns)
+        if self.has("mute"):
+            while await reader.read(65536):
+                pass
+            return
         for n in itertools.count(1):
             try:
                 req = await read_head(reader)
@@ -254,12 +280,24 @@ class OddServer:
             return await reply.json(404, {"detail": "Not Found"})
         if self.has("health_slow"):
             await asyncio.sleep(self.health_delay)
+        if self.has("health_hang"):
+            return await reply._marker("stall", lambda data: data)
         return await reply.fixed(self.health_status, "text/plain; charset=utf-8", b"")
 
     async def models(self, req: Request, reply: Reply) -> bool:
         return await reply.json(200, chatwire.models(self.model, self.owner, self.max_model_len))
 
     async def loads(self, req: Request, reply: Reply) -> bool:
+        if self.has("loads_dribble"):
+            head = reply._headers("application/json", [("Content-Length", str(_ENDLESS_LIMIT))])
+            try:
+                await send(reply.writer, response_head(200, head))
+                for _ in range(_ENDLESS_LIMIT):
+                    await send(reply.writer, b" ")
+                    await asyncio.sleep(0.05)
+            except (ConnectionError, OSError):
+                pass
+            return False
         return await reply.json(200, chatwire.loads(self.running))
 
     async def metrics(self, req: Request, reply: Reply) -> bool:
@@ -319,6 +357,10 @@ class OddServer:
             reasoning = sum(1 for phase, _ in answer.pieces if phase == "reasoning")
             if self.has("stall"):
                 events.insert(2, "stall")
+            elif self.has("runaway"):
+                events.insert(2, "runaway")
+            elif self.has("ping_only"):
+                events.insert(2, "ping")
             elif self.has("drop_mid"):
                 events.insert(reasoning + 2, "drop")
             self.generated += answer.completion_tokens
