@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="honour a 429's Retry-After up to this long; a longer one is cut to it, so a bogus "
                               "value cannot park a prompt for hours (default: %(default)s)")
     retries.add_argument("--idle-timeout", type=positive_float, default=300.0, metavar="SECONDS",
-                         help="a stream that sends no byte for this long is retried elsewhere (default: %(default)s)")
+                         help="a stream that sends no new token for this long is retried elsewhere; SSE comments "
+                              "and keep-alive events do not count (default: %(default)s)")
     retries.add_argument("--circuit-failures", type=positive_int, default=3, metavar="N",
                          help="take an endpoint out of rotation after N failures in a row (default: %(default)s)")
     retries.add_argument("--grace", type=non_negative_float, default=30.0, metavar="SECONDS",
