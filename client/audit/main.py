@@ -43,7 +43,8 @@ examples:
 exit codes:
   0  the data looks healthy (warnings, if any, are printed)
   1  the data looks broken: the verdict says why (e.g. most completions are stubs, reasoning missing
-     although thinking was requested, ids written twice, results from more than one model)
+     although thinking was requested, ids written twice, results from more than one model, an S3
+     segment whose bytes differ from its manifest)
   2  bad options, or the results or prompt files cannot be read
   3  healthy so far, but incomplete: some ids of --prompts have no result yet
 """
@@ -134,6 +135,11 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
                                      "calls diverged from the source's"))
     if scan.conversation_events and scan.duplicate_events():
         found.append(Finding("fail", f"{scan.duplicate_events():,} multi-turn event(s) were written more than once"))
+    if report.damaged:
+        found.append(Finding("fail", f"{len(report.damaged):,} S3 segment(s) are not the bytes their manifest lists "
+                                     f"({report.damaged[0]}): their records were not read and their ids count as "
+                                     "missing. Run client.run with the same --s3 again: it regenerates those ids "
+                                     "(and its own writer drops the damaged entries from its manifest)"))
     if report.corrupt or report.torn_tails:
         found.append(Finding("warn", f"{report.corrupt:,} unreadable line(s) and {report.torn_tails:,} torn "
                                      "segment tail(s) were skipped"))
@@ -168,7 +174,8 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "verdict": verdict,
         "exit_code": code,
         "findings": [asdict(f) for f in findings],
-        "counts": {"records": n, "segments": report.segments, "corrupt_lines": report.corrupt,
+        "counts": {"records": n, "segments": report.segments, "damaged_segments": len(report.damaged),
+                   "corrupt_lines": report.corrupt,
                    "torn_tails": report.torn_tails, "diverged": scan.diverged,
                    "with_token_ids": scan.with_ids,
                    "with_diverged_field": scan.diverged_field},
@@ -193,6 +200,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "endpoints": {url: asdict(mix) for url, mix in sorted(scan.endpoints.items())},
         "accept_length": scan.accept.summary(),
         "unreadable_examples": [str(b) for b in report.examples],
+        "damaged_segments": [str(b) for b in report.damaged],
     }
 
 
@@ -236,7 +244,8 @@ def render(data: dict[str, Any], console: Console) -> None:
     console.print(mix)
     render_accept(data["accept_length"], console)
     shown = (("stub-like", stubs["examples"] if stubs["share"] > 0.01 else []),
-             ("invalid tool calls", calls["examples"]), ("unreadable lines", data["unreadable_examples"]))
+             ("invalid tool calls", calls["examples"]), ("unreadable lines", data["unreadable_examples"]),
+             ("damaged segments", data["damaged_segments"]))
     for label, examples in shown:
         if examples:
             console.print(f"[bold]{label}, e.g.:[/bold]")

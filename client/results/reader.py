@@ -7,8 +7,10 @@ at once. The reader only reads: a torn last line (a crash mid-write) or a line t
 counted and named, never repaired, so an audit of a live run changes nothing under it.
 
 From S3 it reads exactly the segments the writers' manifests list (an object no manifest lists is an
-unfinished upload), one at a time: a thread with its own event loop fetches the next segment while
-the caller reads the current one, so at most a few segments are in memory.
+unfinished upload), each checked against its manifest entry's size and sha256: a damaged segment is
+named in `ReadReport.damaged` and none of its lines are read (its ids are not done). One at a time: a
+thread with its own event loop fetches the next segment while the caller reads the current one, so at
+most a few segments are in memory.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class BadLine:
     problem: str
 
     def __str__(self) -> str:
-        return f"{self.where}:{self.line}: {self.problem}"
+        return f"{self.where}:{self.line}: {self.problem}" if self.line else f"{self.where}: {self.problem}"
 
 
 @dataclass
@@ -60,6 +62,7 @@ class ReadReport:
     torn_tails: int = 0
     corrupt: int = 0
     examples: list[BadLine] = field(default_factory=list)
+    damaged: list[BadLine] = field(default_factory=list)  # S3 segments whose bytes are not the manifest's
 
     def bad(self, item: BadLine, *, torn: bool) -> None:
         if torn:
@@ -136,10 +139,11 @@ def iter_records(location: str, report: ReadReport | None = None, *,
         yield item, obj
 
 
-_Handoff = tuple[str, bytes] | BaseException | None
+_Handoff = tuple[str, bytes, str | None] | BaseException | None
 
 
 def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Iterator[ResultLine]:
+    from client.s3.manifest import body_problem
     from client.s3.resume import read_manifests
     from client.s3.store import S3Store, S3Url
 
@@ -160,14 +164,20 @@ def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Ite
         async with S3Store(url, endpoint_url=endpoint_url) as store:
             manifests = await read_manifests(store)
             entries = sorted((e for manifest, _ in manifests for e in manifest.segments.values()), key=lambda e: e.name)
+            manifest_of = {e: manifest.writer for manifest, _ in manifests for e in manifest.segments}
             if not entries:
                 raise ConfigError(f"{url}: no uploaded result segments (no manifest under manifests/ lists any)")
             for entry in entries:
                 got = await store.get(entry.key)
                 if got is None:
                     raise ConfigError(f"{url}{entry.key}: listed in a manifest but not in the bucket")
-                data = gzip.decompress(got[0]) if entry.gzip else got[0]
-                if not await asyncio.to_thread(put, (entry.key, data)):
+                problem = body_problem(entry, got[0])
+                if problem is not None:
+                    handoff_item: _Handoff = (entry.key, b"", f"{problem}; its {entry.records:,} record(s) "
+                                              f"were not read (writer {manifest_of[entry.name]})")
+                else:
+                    handoff_item = (entry.key, gzip.decompress(got[0]) if entry.gzip else got[0], None)
+                if not await asyncio.to_thread(put, handoff_item):
                     return
 
     def work() -> None:
@@ -190,8 +200,11 @@ def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Ite
                 raise ConfigError(f"{url}: cannot read the results: {item}") from item
             if isinstance(item, BaseException):
                 raise item
-            key, data = item
+            key, data, problem = item
             report.segments += 1
+            if problem is not None:
+                report.damaged.append(BadLine(f"{url}{key}", 0, problem))
+                continue
             yield from _lines(io.BytesIO(data), f"{url}{key}", report)
     finally:
         stop.set()

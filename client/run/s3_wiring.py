@@ -42,6 +42,8 @@ async def open_s3(args: argparse.Namespace, out: Path, shard: Shard, run_id: str
          f"{found.s3_ids_added:,} more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
     if found.takeover:
         say(f"s3: {found.takeover}")
+    for line in found.damaged:
+        say(f"s3: warning: {line}")
     for line in found.dropped:
         say(f"s3: {line}")
     if found.pending:

@@ -2,6 +2,11 @@
 S3 to the ledger (from the id indexes, never the segments), and find the local segments an earlier run
 closed but did not upload (compared with the manifests), so they go up first.
 
+Every listed segment is checked against its object in one listing of `segments/` (size and ETag, no
+segment read): a segment that is missing, truncated or replaced is damaged, and its ids are not done, so
+this run generates them again. This writer drops its own damaged entries from its manifest (a local copy
+of one goes up again); another writer's stay listed until that writer starts again.
+
 It also cleans what a crash of this writer left behind: unfinished multipart uploads under its segment
 names, and (with --delete-uploaded) local segments a manifest already lists. A local segment that was
 never uploaded but holds ids another writer has since uploaded (a host that came back after its shard
@@ -26,7 +31,7 @@ from client.core.errors import ConfigError
 from client.core.ids import line_id
 from client.local.ledger import read_ids, write_ids
 from client.s3.lease import check_lease, check_shard_counts, machine_id
-from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids
+from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids, listed_problem
 from client.s3.store import S3Error, S3Store
 from client.s3.uploader import PendingSegment
 
@@ -48,6 +53,7 @@ class S3Start:
     deleted_local: int = 0
     seconds: float = 0.0
     takeover: str | None = None  # the lease of a writer that is gone, taken over (client.s3.lease)
+    damaged: list[str] = field(default_factory=list)  # listed segments whose object is not the one uploaded
 
 
 async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
@@ -63,6 +69,20 @@ async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
         except ValueError as exc:
             raise ConfigError(f"{exc}. Fix or remove that object, then start again.") from exc
     return found
+
+
+async def find_damaged(store: S3Store, manifests: Sequence[tuple[Manifest, str]]) -> dict[str, str]:
+    """Segment name -> what is wrong, for every listed segment whose object differs from its entry."""
+    listed = {info.key: info for info in await store.list_objects(SEGMENTS_PREFIX)}
+    damaged: dict[str, str] = {}
+    for manifest, _ in manifests:
+        for entry in manifest.segments.values():
+            info = listed.get(entry.key)
+            problem = listed_problem(entry, info.size if info else None, info.etag if info else None)
+            if problem is not None:
+                damaged[entry.name] = (f"{store.url}{entry.key} (writer {manifest.writer}, {entry.records:,} "
+                                       f"record(s)) is damaged: {problem}")
+    return damaged
 
 
 def _ids_from_segment(data: bytes) -> list[str]:
@@ -189,7 +209,12 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     manifest.shard_source = shard_source
     result = S3Start(manifest, mine[1] if mine else None, manifests=len(manifests), takeover=takeover)
 
-    entries = {entry.name: entry for m, _ in manifests for entry in m.segments.values()}
+    damaged = await find_damaged(store, manifests)
+    for name, problem in damaged.items():
+        own = manifest.segments.pop(name, None) is not None
+        result.damaged.append(f"{problem}; its ids are not done and are generated again"
+                              + ("; dropped from this writer's manifest" if own else ""))
+    entries = {entry.name: entry for m, _ in manifests for entry in m.segments.values() if entry.name not in damaged}
     local, pending = await asyncio.to_thread(_local_state, segments_dir, set(entries))
     watch_ids = frozenset(i for ids in pending.values() for i in ids)
 
