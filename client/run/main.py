@@ -40,7 +40,7 @@ from client.run.console import say, show_progress
 from client.run.metrics import MetricsServer
 from client.run.rate import RequestRate
 from client.run.s3_wiring import drain, open_s3
-from client.run.settings_gate import SettingsGate
+from client.run.settings_gate import SettingsGate, check_sync_target
 from client.run.shard_auto import resolve_shard
 from client.run.startup_fields import settle_fields
 from client.run.summary import print_summary
@@ -99,6 +99,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     settings = settings_from(args)
     out = Path(args.out)
     ResultSink.prepare(out)
+    await asyncio.to_thread(check_sync_target, out, args.s3)  # before anything is read from S3 or sent
     prompt_files = resolve_prompt_files([Path(p) for p in args.prompts], note=say)
     prompt_paths = prompt_files.paths
     if prompt_files.all_empty:
@@ -147,7 +148,8 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
         model = await resolve_model(endpoints, args.model, max(args.wait_ready, 60.0))
         await check_max_tokens(endpoints, model, settings.max_tokens)
         gate = SettingsGate(out, run_id=run_id, allow_change=args.allow_settings_change,
-                            store=uploader.store if uploader is not None else None, existing_records=len(done_ids))
+                            store=uploader.store if uploader is not None else None, existing_records=len(done_ids),
+                            s3=args.s3, delete_uploaded=args.delete_uploaded)
 
         async def check_settings(policy: FieldPolicy) -> None:
             await gate.check(shaping_settings(model=model, sampling=settings.recorded(policy),
