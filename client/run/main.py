@@ -39,7 +39,7 @@ from client.run.cli import build_parser, settings_from
 from client.run.console import say, show_progress
 from client.run.metrics import MetricsServer
 from client.run.rate import RequestRate
-from client.run.s3_wiring import drain, open_s3
+from client.run.s3_wiring import drain, open_s3, register_s3
 from client.run.settings_gate import SettingsGate, check_sync_target
 from client.run.shard_auto import resolve_shard
 from client.run.startup_fields import settle_fields
@@ -160,6 +160,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
                                      prompt_paths=prompt_paths, before_preflight=check_settings,
                                      token_ids=args.token_ids)
         await gate.record(prompt_paths)
+        await register_s3(uploader)  # only now: a start refused above has left S3 as it found it
         for counters in stats.endpoints:
             counters.streamed_tokens = 0  # the preflight's one-token replies are not the run's work
         say(f"model {model} on {len(endpoints)} endpoint(s); thinking {'on' if settings.enable_thinking else 'off'}, "

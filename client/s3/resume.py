@@ -7,10 +7,12 @@ segment read): a segment that is missing, truncated or replaced is damaged, and 
 this run generates them again. This writer drops its own damaged entries from its manifest (a local copy
 of one goes up again); another writer's stay listed until that writer starts again.
 
-It also cleans what a crash of this writer left behind: unfinished multipart uploads under its segment
-names, and (with --delete-uploaded) local segments a manifest already lists. A local segment that was
-never uploaded but holds ids another writer has since uploaded (a host that came back after its shard
-was rerun elsewhere) loses those lines before upload, so no id is ever stored twice.
+`start` only reads: a start refused later (settings, a live writer) leaves the prefix and --out as it
+found them. Once nothing can refuse the start any more, `commit` cleans what a crash of this writer left
+behind: unfinished multipart uploads under its segment names, and (with --delete-uploaded) local
+segments a manifest already lists. A local segment that was never uploaded but holds ids another writer
+has since uploaded (a host that came back after its shard was rerun elsewhere) loses those lines before
+upload, so no id is ever stored twice.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ class S3Start:
     seconds: float = 0.0
     takeover: str | None = None  # the lease of a writer that is gone, taken over (client.s3.lease)
     damaged: list[str] = field(default_factory=list)  # listed segments whose object is not the one uploaded
+    # What `commit` does once the start cannot be refused any more:
+    duplicates: dict[PendingSegment, set[str]] = field(default_factory=dict)  # ids uploaded since by others
+    local: list[Path] = field(default_factory=list)
+    entries: dict[str, SegmentEntry] = field(default_factory=dict)
 
 
 async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
@@ -193,9 +199,9 @@ def _delete_uploaded(local: list[Path], entries: dict[str, SegmentEntry]) -> int
 
 
 async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, shard: str, run_id: str,
-                sync_interval_s: float, done: set[str], delete_uploaded: bool = False,
-                shard_source: str = "") -> S3Start:
-    """Everything a run with --s3 does before its first request; `done` gains the ids found in S3."""
+                sync_interval_s: float, done: set[str], shard_source: str = "") -> S3Start:
+    """What a run with --s3 reads before its first request, changing nothing (see `commit`); `done` gains
+    the ids found in S3, and a live writer of this name or of another shard count refuses the start."""
     began = time.perf_counter()
     await store.check_bucket()
     manifests = await read_manifests(store)
@@ -225,21 +231,31 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
 
     for segment, ids in pending.items():
         duplicates = ids & overlap
-        if not duplicates:
+        if duplicates:
+            result.duplicates[segment] = duplicates
+        else:
             result.pending.append(segment)
-            continue
+    result.local, result.entries = local, entries
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+async def commit(store: S3Store, found: S3Start, *, writer: str, delete_uploaded: bool = False) -> None:
+    """The clean-up `start` found, done once nothing can refuse the start any more (a refused start
+    changes nothing): drop the lines other writers have uploaded since from never-uploaded segments,
+    abort this writer's unfinished multipart uploads, and (--delete-uploaded) delete listed local segments."""
+    for segment, duplicates in found.duplicates.items():
         kept = await asyncio.to_thread(drop_ids, segment, duplicates)
-        result.dropped.append(f"{segment.path.name}: {len(duplicates)} result(s) another writer has uploaded "
-                              "since were dropped before upload")
+        found.dropped.append(f"{segment.path.name}: {len(duplicates)} result(s) another writer has uploaded "
+                             "since were dropped before upload")
         if kept is not None:
-            result.pending.append(kept)
+            found.pending.append(kept)
+    found.duplicates.clear()
 
     for key, upload_id in await store.list_multipart(f"{SEGMENTS_PREFIX}{writer}-"):
         with contextlib.suppress(S3Error):
             await store.abort_multipart(key, upload_id)
-            result.aborted_uploads += 1
+            found.aborted_uploads += 1
 
     if delete_uploaded:
-        result.deleted_local = await asyncio.to_thread(_delete_uploaded, local, entries)
-    result.seconds = time.perf_counter() - began
-    return result
+        found.deleted_local = await asyncio.to_thread(_delete_uploaded, found.local, found.entries)
