@@ -27,7 +27,6 @@ from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.options import network_from
 from client.fleet.startup import check_max_tokens, check_reachable, parse_endpoints, resolve_model
 from client.local.estimate_file import expected_tokens_per_prompt
-from client.local.failures import read_too_long_ids
 from client.local.ledger import read_done_ids
 from client.local.lock import hold_out_lock
 from client.local.prompt_files import resolve_prompt_files
@@ -45,7 +44,7 @@ from client.run.shard_auto import resolve_shard
 from client.run.startup_fields import settle_fields
 from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm
-from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger
+from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger, skip_too_long
 from client.s3.uploader import SyncReport
 from client.wire.endpoint import Endpoint
 
@@ -124,7 +123,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
     ledger = await _turn_ledger(args, done_ids, out) if args.turns == "all" else None
     # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
     skip_ids = ledger.finished if ledger is not None else done_ids
-    too_long_ids = set() if args.retry_too_long or ledger is not None else read_too_long_ids(out) - done_ids
+    too_long_ids = set() if args.retry_too_long else skip_too_long(out, done_ids, ledger)
     if too_long_ids:
         say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
             "(too_long in the failures file); pass --retry-too-long to send them again")
