@@ -205,9 +205,9 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     began = time.perf_counter()
     await store.check_bucket()
     manifests = await read_manifests(store)
-    check_shard_counts((m for m, _ in manifests), writer=writer, shard=shard, url=str(store.url))
-    mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
     machine = machine_id()
+    check_shard_counts((m for m, _ in manifests), writer=writer, shard=shard, url=str(store.url), machine=machine)
+    mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
     takeover = check_lease(mine[0], machine=machine) if mine else None  # before anything is changed
     manifest = mine[0] if mine else Manifest(writer=writer, host=host, shard=shard)
     manifest.machine, manifest.pid = machine, os.getpid()
