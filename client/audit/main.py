@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from rich.table import Table
 
 from client.audit.accept import render as render_accept
 from client.audit.png import histogram_png
-from client.audit.scan import IdCheck, Scan, check_ids, mixed_settings, scan_results
+from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, mixed_settings, scan_results
 from client.core.errors import ConfigError, InputError
 from client.core.options import add_s3_endpoint_url, float_in, positive_int
 from client.results.reader import ReadReport
@@ -150,6 +150,11 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
         if ids.unknown:
             found.append(Finding("fail", f"{ids.unknown:,} result id(s) are not in the prompt set; "
                                          "are these the right --prompts?"))
+        if ids.edited:
+            found.append(Finding("warn", f"{ids.edited:,} done prompt(s) were edited after their result was written "
+                                         "(the prompt differs from the one the result answers, e.g. "
+                                         f"{'; '.join(ids.examples.get('edited', [])[:3])}): run client.run "
+                                         "with --redo-edited to generate them again"))
         if ids.missing:
             found.append(Finding("warn", f"incomplete: {ids.missing:,} of {ids.prompts:,} prompt id(s) have no result"))
     return found
@@ -299,6 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         scan, report = scan_results(args.results, limits.short_tokens, args.s3_endpoint_url)
         ids = check_ids(args.results, scan.ids, args.prompts, args.s3_endpoint_url) if args.prompts else None
+        if ids is not None and scan.prompt_digests:
+            edited, examples = edited_prompts(args.prompts, scan.prompt_digests)
+            if edited:
+                ids = replace(ids, edited=edited, examples={**ids.examples, "edited": examples})
         if args.histogram is not None:
             histogram_png(scan.lengths, args.histogram, short_tokens=limits.short_tokens,
                           title=f"COMPLETION LENGTHS OF {scan.records} RECORDS")

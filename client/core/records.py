@@ -6,8 +6,11 @@ read it without parsing the whole line.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
+
+import orjson
 
 
 class WireToolCall(TypedDict):
@@ -65,6 +68,14 @@ class ResultRecord(TypedDict):
     turn: NotRequired[int]
     diverged: NotRequired[str]
     meta: NotRequired[dict[str, Any]]
+    prompt_sha256: NotRequired[str]
+
+
+def prompt_sha256(messages: Any, tools: Any, meta: Any) -> str:
+    """The digest of a PromptRecord's content (messages, tools, meta; keys sorted, so key order and spacing
+    are not edits). A result records its prompt's, so a later edit of a done prompt can be told."""
+    canonical = orjson.dumps({"messages": messages, "tools": tools, "meta": meta}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
 
 
 class FailureRecord(TypedDict):

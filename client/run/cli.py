@@ -194,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     retries.add_argument("--retry-too-long", action="store_true",
                          help="retry prompts an earlier run found longer than the server's context (too_long); "
                               "they are otherwise left alone, since the same server cannot take them")
+    retries.add_argument("--redo-edited", action="store_true",
+                         help="generate again the done prompts whose line was edited since their result was "
+                              "written (their old results are taken out of the local segments); without it "
+                              "they are named and kept")
     retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
                          help="start at most RATE requests a second, retries included, for a hosted endpoint "
                               "with an agreed rate (default: no limit)")

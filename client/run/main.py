@@ -36,6 +36,7 @@ from client.local.source import PromptSource, Shard, count_remaining
 from client.results.reader import iter_records
 from client.run.cli import build_parser, settings_from
 from client.run.console import say, show_progress
+from client.run.edited_prompts import check_edited
 from client.run.metrics import MetricsServer
 from client.run.rate import RequestRate
 from client.run.s3_wiring import drain, open_s3, register_s3
@@ -159,6 +160,7 @@ async def _run(args: argparse.Namespace, urls: list[str], stack: contextlib.Asyn
                                      prompt_paths=prompt_paths, before_preflight=check_settings,
                                      token_ids=args.token_ids)
         await gate.record(prompt_paths)
+        await check_edited(gate.changed_prompt_files, prompt_paths, out, done_ids, redo=args.redo_edited, ledger=ledger)
         await register_s3(uploader)  # only now: a start refused above has left S3 as it found it
         for counters in stats.endpoints:
             counters.streamed_tokens = 0  # the preflight's one-token replies are not the run's work
@@ -288,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX")
     if args.preserve_thinking and args.turns != "all":
         parser.error("--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all")
+    if args.redo_edited and args.s3:
+        parser.error("--redo-edited rewrites local segments, and with --s3 they are uploaded (never rewritten)")
     if args.sim_arg and not args.simulate:
         parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
     previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM ends like Ctrl-C: 130

@@ -90,6 +90,7 @@ class SettingsGate:
         self.allow_change = allow_change
         self.store = store
         self._settings: dict[str, Any] | None = None
+        self.changed_prompt_files: list[Path] = []  # added or changed since the recorded run (after `record`)
         self._local: RunRecord | None = None
         self._remote: RunRecord | None = None
         self._remote_etag: str | None = None
@@ -146,6 +147,8 @@ class SettingsGate:
         if reference is not None:
             for line in prompt_changes(reference.prompts, files):
                 say(f"prompt files changed since the last run (allowed): {line}")
+            before = {p.path: p.sha256 for p in reference.prompts}
+            self.changed_prompt_files = [Path(f.path) for f in files if before.get(f.path) != f.sha256]
         record = self._next(reference, files)
         if record != self._local:
             await asyncio.to_thread(write_run_file, self.out, record)
