@@ -31,7 +31,7 @@ from client.local.lock import LOCK_FILE, Holder, probe_lock
 from client.local.run_settings import read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
 from client.run.conversation import parse_event_id
-from client.status.fleet import RATE_WINDOW_S, count_prompts
+from client.status.fleet import RATE_WINDOW_S, count_prompts, eta_from
 
 # `<host>-<K>of<N>-<run id>-<seq>`: the run id is `YYYYmmddTHHMMSS-xxxx` (client.local.sink).
 _SEGMENT_SHARD = re.compile(r"-(\d+)of(\d+)-\d{8}T\d{6}-[0-9a-f]{4}-\d+\.jsonl(?:\.gz)?$")
@@ -134,12 +134,7 @@ class LocalStatus:
 
     @property
     def eta_s(self) -> float | None:
-        remaining = self.remaining
-        if remaining is None:
-            return None
-        if remaining == 0:
-            return 0.0
-        return remaining / self.rate if self.rate > 0 else None
+        return eta_from(self.remaining, self.rate)
 
     @property
     def shard(self) -> tuple[int, int] | None:
