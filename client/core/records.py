@@ -78,6 +78,19 @@ def prompt_sha256(messages: Any, tools: Any, meta: Any) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class LineProblem:
+    """What is wrong with one line of an input or results file (line 0: the whole file or object), named
+    as `FILE:LINE: problem`: a bad prompt record, an unreadable result line, a damaged segment."""
+
+    where: str
+    line: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.where}:{self.line}: {self.problem}" if self.line else f"{self.where}: {self.problem}"
+
+
 class FailureRecord(TypedDict):
     id: str
     error_class: str

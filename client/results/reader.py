@@ -29,6 +29,7 @@ import orjson
 
 from client.core.errors import ConfigError, RegenError
 from client.core.ids import not_utf8
+from client.core.records import LineProblem
 
 SEGMENTS_DIR = "segments"
 _BUFFER = 1 << 20
@@ -43,16 +44,6 @@ class ResultLine:
     raw: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    where: str
-    line: int
-    problem: str
-
-    def __str__(self) -> str:
-        return f"{self.where}:{self.line}: {self.problem}" if self.line else f"{self.where}: {self.problem}"
-
-
 @dataclass
 class ReadReport:
     """What the reader saw besides the good records."""
@@ -61,10 +52,10 @@ class ReadReport:
     lines: int = 0
     torn_tails: int = 0
     corrupt: int = 0
-    examples: list[BadLine] = field(default_factory=list)
-    damaged: list[BadLine] = field(default_factory=list)  # S3 segments whose bytes are not the manifest's
+    examples: list[LineProblem] = field(default_factory=list)
+    damaged: list[LineProblem] = field(default_factory=list)  # S3 segments whose bytes are not the manifest's
 
-    def bad(self, item: BadLine, *, torn: bool) -> None:
+    def bad(self, item: LineProblem, *, torn: bool) -> None:
         if torn:
             self.torn_tails += 1
         else:
@@ -101,7 +92,7 @@ def _lines(handle: IO[bytes], where: str, report: ReadReport) -> Iterator[Result
         report.lines += 1
         if not raw.endswith(b"\n"):
             # The writer appends whole lines; a last line without its newline is a write cut short.
-            report.bad(BadLine(where, number, "torn last line (the writer stopped mid-line); ignored"), torn=True)
+            report.bad(LineProblem(where, number, "torn last line (the writer stopped mid-line); ignored"), torn=True)
             return
         if raw.strip():
             yield ResultLine(where, number, raw)
@@ -131,10 +122,10 @@ def iter_records(location: str, report: ReadReport | None = None, *,
         try:
             obj = orjson.loads(item.raw)
         except orjson.JSONDecodeError as exc:
-            report.bad(BadLine(item.where, item.line, not_utf8(item.raw) or f"not valid JSON: {exc}"), torn=False)
+            report.bad(LineProblem(item.where, item.line, not_utf8(item.raw) or f"not valid JSON: {exc}"), torn=False)
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-            report.bad(BadLine(item.where, item.line, "not a result record (no string id)"), torn=False)
+            report.bad(LineProblem(item.where, item.line, "not a result record (no string id)"), torn=False)
             continue
         yield item, obj
 
@@ -203,7 +194,7 @@ def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Ite
             key, data, problem = item
             report.segments += 1
             if problem is not None:
-                report.damaged.append(BadLine(f"{url}{key}", 0, problem))
+                report.damaged.append(LineProblem(f"{url}{key}", 0, problem))
                 continue
             yield from _lines(io.BytesIO(data), f"{url}{key}", report)
     finally:
