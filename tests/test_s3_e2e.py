@@ -228,8 +228,9 @@ def test_s3_down_at_the_end_exits_5_and_the_rerun_uploads(tmp_path: Path, fleet_
             *s3_args(s3, "run", "--sync-interval", "1", "--sync-wait", "2")]
     proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
-    # run.json is the last thing the start-up writes to S3, just before the first prompt is sent.
-    wait_until(lambda: bool(s3.keys(BUCKET, "run/run.json")), "the run to register in S3", timeout=60, proc=proc)
+    # The manifest is the last thing the start-up writes to S3 (once nothing can refuse the start), just
+    # before the first prompt is sent.
+    wait_until(lambda: bool(s3.keys(BUCKET, "run/manifests/")), "the run to register in S3", timeout=60, proc=proc)
     s3.stop()
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 5, stderr[-2000:]

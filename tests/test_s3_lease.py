@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from client.core.errors import ManifestConflict
-from client.s3.lease import check_lease, fresh_for
+from client.s3.lease import check_lease, check_shard_counts, fresh_for
 from client.s3.manifest import Manifest
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client, wait_until
@@ -50,6 +50,24 @@ def test_check_lease(previous: Manifest, alive: bool, outcome: str | None) -> No
         assert said is not None and outcome in said
 
 
+@pytest.mark.parametrize(("other", "alive", "refused"), [
+    (manifest(), True, True),                               # live here: shards of count 1 and 2 overlap
+    (manifest(), False, False),                             # its pid is gone from this machine: dead at once
+    (manifest(machine="node-b/0242ac110003"), False, True),  # another machine: only staleness tells
+    (manifest(age=421.0), True, False),
+    (manifest(state="finished"), True, False),
+])
+def test_check_shard_counts(other: Manifest, alive: bool, refused: bool) -> None:
+    def check() -> None:
+        check_shard_counts([other], writer="node-a-0of2", shard="0/2", url="s3://b/p/", now=NOW, machine=HERE,
+                           alive=lambda pid: alive)
+    if refused:
+        with pytest.raises(ManifestConflict, match="live writer"):
+            check()
+    else:
+        check()
+
+
 def test_fresh_for_follows_the_sync_interval() -> None:
     assert fresh_for(manifest(sync=180.0)) == 420.0
     assert fresh_for(manifest(sync=0.0)) == 62.0
@@ -77,3 +95,26 @@ def test_a_second_live_writer_of_one_name_is_refused(tmp_path: Path, fleet_facto
     assert "taking over writer" in third.stderr and "is gone" in third.stderr
     body = s3.client().get_object(Bucket=BUCKET, Key=next(iter(s3.keys(BUCKET, "run/manifests/"))))["Body"].read()
     assert orjson.loads(body)["state"] == "finished"
+
+
+@pytest.mark.slow
+def test_shards_of_a_new_count_start_at_once_after_a_kill_here(tmp_path: Path, fleet_factory: Any,
+                                                                s3: S3Server) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=4.0, extra_args=("--mean-tokens", "60"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 60)
+    common = ["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--s3", f"s3://{BUCKET}/run",
+              "--s3-endpoint-url", s3.url, "--sync-interval", "60"]
+    first = subprocess.Popen(client_command([*common, "--out", str(tmp_path / "all")]), cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: bool(s3.keys(BUCKET, "run/manifests/")), "the first writer to register", proc=first)
+    first.kill()
+    first.wait(timeout=30)
+    shards = [subprocess.Popen(client_command([*common, "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")]),
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+              for k in range(2)]
+    for k, proc in enumerate(shards):
+        _, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 0, f"shard {k}/2: {stderr[-2000:]}"
+        assert "live writer" not in stderr
+    done = [r["id"] for k in range(2) for r in read_results(tmp_path / f"s{k}")]
+    assert sorted(done) == [f"p{i:06d}" for i in range(60)]

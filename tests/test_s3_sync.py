@@ -21,7 +21,7 @@ from client.core.ids import decode_ledger, shard_of
 from client.local.sink import ClosedSegment, ResultSink
 from client.local.source import Shard
 from client.s3.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, manifest_key, multipart_etag
-from client.s3.resume import fetch_ids, start
+from client.s3.resume import commit, fetch_ids, start
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
 from client.s3.uploader import BodyReader, ManifestConflict, PendingSegment, SegmentUploader
 from tests.s3_server import BUCKET, S3Server, running_s3
@@ -285,6 +285,9 @@ async def test_start_reads_s3_ids_filters_overlap_and_cleans_up(tmp_path: Path, 
     done = {f"r{i:06d}" for i in range(90, 130)}
     found = await start(store, segments_dir=out / "segments", writer=writer, host="me", shard="0/1",
                         run_id="r2", sync_interval_s=5, done=done)
+    assert found.aborted_uploads == 0 and found.duplicates and len(mine.path.read_bytes().splitlines()) == 40, (
+        "start changes nothing: the clean-up waits for commit")
+    await commit(store, found, writer=writer)
     assert done == {f"r{i:06d}" for i in range(130)}
     assert found.s3_ids_added == 90 and found.s3_segments == 1 and found.manifests == 1
     assert found.aborted_uploads == 1
@@ -306,7 +309,9 @@ async def test_start_deletes_uploaded_local_segments_when_asked(tmp_path: Path, 
     assert segment.path.exists()
     done: set[str] = set()
     found = await start(store, segments_dir=out / "segments", writer="me-0of1", host="me", shard="0/1",
-                        run_id="r", sync_interval_s=5, done=done, delete_uploaded=True)
+                        run_id="r", sync_interval_s=5, done=done)
+    assert segment.path.exists()
+    await commit(store, found, writer="me-0of1", delete_uploaded=True)
     assert found.deleted_local == 1 and not segment.path.exists() and not found.pending
     assert found.s3_ids_added == 0, "ids of local segments are read locally, not again from S3"
 

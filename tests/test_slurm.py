@@ -281,3 +281,25 @@ def test_time_limit_warning_flushes_requeues_and_resumes(tmp_path: Path, s3: S3S
     stored = read_s3_results(s3, BUCKET, prefix)
     counts = collections.Counter(r["id"] for r in stored)
     assert max(counts.values()) == 1 and set(counts) == {f"p{i:06d}" for i in range(40)}
+
+
+def _listening(port: int) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} writes them) with a socket listening on `port`."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as handle:
+            for row in list(handle)[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, _, hex_port = local.partition(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.append(address)
+    return found
+
+
+@pytest.mark.usefixtures("slurm_cluster")
+def test_the_daemons_listen_on_loopback_only() -> None:
+    # slurmctld (6817) and slurmd (6818) stay up after the tests: no other host may reach them.
+    for port in (6817, 6818):
+        addresses = _listening(port)
+        assert addresses, f"nothing listens on port {port}"
+        assert set(addresses) <= {"0100007F", "00000000000000000000000001000000"}, (port, addresses)

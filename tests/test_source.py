@@ -10,6 +10,7 @@ import pytest
 
 from client.core.errors import InputError
 from client.core.ids import leading_id
+from client.core.records import LineProblem
 from client.local.source import PromptSource, Shard, count_remaining
 
 GOOD = {"id": "a", "messages": [{"role": "user", "content": "hi"}]}
@@ -48,8 +49,8 @@ def test_bad_record_is_reported_with_file_and_line(tmp_path: Path, name: str, li
     assert ids == ["a", "b"], "the bad record is skipped, the others are kept"
     assert source.counts.invalid == 1
     (problem,) = source.counts.problems
-    assert problem.path == str(path) and problem.line == 2
-    assert expected in problem.message
+    assert problem.where == str(path) and problem.line == 2
+    assert expected in problem.problem
     assert str(problem).startswith(f"{path}:2: ")
 
 
@@ -67,7 +68,7 @@ def test_duplicate_id_is_reported(tmp_path: Path) -> None:
     assert [p.id for p in source] == ["a"]
     assert source.counts.duplicates == 1
     assert source.counts.problems[0].line == 3
-    assert 'duplicate id "a"' in source.counts.problems[0].message
+    assert 'duplicate id "a"' in source.counts.problems[0].problem
 
 
 def test_duplicate_of_a_done_id_is_still_reported(tmp_path: Path) -> None:
@@ -123,3 +124,12 @@ def test_shard_parse(text: str, ok: bool) -> None:
 ])
 def test_leading_id(line: bytes, expected: str | None) -> None:
     assert leading_id(line) == expected
+
+
+@pytest.mark.parametrize(("problem", "shown"), [
+    (LineProblem("p.jsonl", 2, "not valid JSON"), "p.jsonl:2: not valid JSON"),
+    (LineProblem("s3://b/p/segments/x.jsonl", 0, "truncated"), "s3://b/p/segments/x.jsonl: truncated"),
+])
+def test_one_line_problem_for_prompts_and_results(problem: LineProblem, shown: str) -> None:
+    # The source's bad records and the results reader's bad lines are the same type, shown the same way.
+    assert str(problem) == shown

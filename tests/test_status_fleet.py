@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from client.s3.manifest import Manifest, SegmentEntry, manifest_key
-from client.status.fleet import summarize
+from client.status.fleet import eta_from, summarize
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, run_client
 from tests.s3_server import BUCKET, S3Server
@@ -135,3 +135,13 @@ def test_stale_shard_exits_3_and_names_it(tmp_path: Path, fleet_factory: Any, s3
                            check=False)
     assert table.returncode == 3
     assert "stale" in table.stdout and "node7" in table.stdout and "ETA" in table.stdout
+
+
+@pytest.mark.parametrize(("remaining", "rate", "eta"), [
+    (None, 1.0, None),   # no total: unknown
+    (0, 0.0, 0.0),       # nothing left: done, whatever the rate
+    (10, 0.0, None),     # no rate: unknown
+    (10, 2.0, 5.0),
+])
+def test_one_eta_for_the_fleet_and_an_out(remaining: int | None, rate: float, eta: float | None) -> None:
+    assert eta_from(remaining, rate) == eta

@@ -21,7 +21,7 @@ import pytest
 from client.core.ids import shard_of
 from client.local import lock as out_lock
 from client.local.lock import hold_out_lock
-from client.local.run_settings import RunRecord, shaping_settings, write_run_file
+from client.local.run_settings import RunRecord, hash_prompt_file, shaping_settings, write_run_file
 from client.status.local import lock_state
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, wait_for_records
@@ -182,3 +182,27 @@ def test_a_status_probe_never_turns_a_starting_client_away(tmp_path: Path, monke
     with hold_out_lock(out) as me:
         assert lock_state(out).holder == me
     assert len(waits) == 1
+
+
+def test_a_finished_run_without_prompts_uses_run_json_and_its_own_last_hour(tmp_path: Path) -> None:
+    now = time.time()
+    out = tmp_path / "out"
+    out.mkdir()
+    prompts = tmp_path / "p.jsonl"
+    ids = [f"q{i}" for i in range(50)]
+    prompts.write_bytes(b"".join(orjson.dumps({"id": i, "messages": []}) + b"\n" for i in ids))
+    settings = shaping_settings(model="m", sampling={"max_tokens": 64}, thinking=True, turns="last", fields=[])
+    write_run_file(out, RunRecord(settings, (hash_prompt_file(prompts),), now - 6 * 3600, "r1"))
+    # The run ended four hours ago: 40 records over its last hour, one every 90 s.
+    ended = now - 4 * 3600
+    write_segment(out, "h-0of1-20260101T000000-abcd-000001.jsonl",
+                  [(ids[i], ended - 90 * (39 - i), 10) for i in range(40)])
+    code, doc, stderr = status(out)
+    assert code == 0, stderr
+    assert doc["live"] is False and doc["prompts_from"] == "run.json"
+    assert doc["prompts"] == 50 and doc["done"] == 40 and doc["remaining"] == 10
+    assert doc["records_in_window"] == 40, "the hour before the run ended, not the idle hour before now"
+    assert doc["rate_per_s"] == pytest.approx(40 / 3510, rel=0.01)  # since the first record: 39 x 90 s
+    table = subprocess.run([sys.executable, "-m", "client.status", "--out", str(out)], cwd=REPO,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert "40 / 50" in table.stdout and "prompts from run.json" in table.stdout, table.stdout

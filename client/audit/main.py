@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from rich.table import Table
 from client.audit import loops
 from client.audit.accept import render as render_accept
 from client.audit.png import histogram_png
-from client.audit.scan import IdCheck, Scan, check_ids, mixed_settings, scan_results
+from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, mixed_settings, scan_results
 from client.core.errors import ConfigError, InputError
 from client.core.options import add_s3_endpoint_url, float_in, positive_int
 from client.results.reader import ReadReport
@@ -45,7 +45,8 @@ examples:
 exit codes:
   0  the data looks healthy (warnings, if any, are printed)
   1  the data looks broken: the verdict says why (e.g. most completions are stubs, reasoning missing
-     although thinking was requested, ids written twice, results from more than one model)
+     although thinking was requested, ids written twice, results from more than one model, an S3
+     segment whose bytes differ from its manifest)
   2  bad options, or the results or prompt files cannot be read
   3  healthy so far, but incomplete: some ids of --prompts have no result yet
 """
@@ -139,6 +140,11 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
                                      "calls diverged from the source's"))
     if scan.conversation_events and scan.duplicate_events():
         found.append(Finding("fail", f"{scan.duplicate_events():,} multi-turn event(s) were written more than once"))
+    if report.damaged:
+        found.append(Finding("fail", f"{len(report.damaged):,} S3 segment(s) are not the bytes their manifest lists "
+                                     f"({report.damaged[0]}): their records were not read and their ids count as "
+                                     "missing. Run client.run with the same --s3 again: it regenerates those ids "
+                                     "(and its own writer drops the damaged entries from its manifest)"))
     if report.corrupt or report.torn_tails:
         found.append(Finding("warn", f"{report.corrupt:,} unreadable line(s) and {report.torn_tails:,} torn "
                                      "segment tail(s) were skipped"))
@@ -149,6 +155,11 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
         if ids.unknown:
             found.append(Finding("fail", f"{ids.unknown:,} result id(s) are not in the prompt set; "
                                          "are these the right --prompts?"))
+        if ids.edited:
+            found.append(Finding("warn", f"{ids.edited:,} done prompt(s) were edited after their result was written "
+                                         "(the prompt differs from the one the result answers, e.g. "
+                                         f"{'; '.join(ids.examples.get('edited', [])[:3])}): run client.run "
+                                         "with --redo-edited to generate them again"))
         if ids.missing:
             found.append(Finding("warn", f"incomplete: {ids.missing:,} of {ids.prompts:,} prompt id(s) have no result"))
     return found
@@ -173,7 +184,8 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "verdict": verdict,
         "exit_code": code,
         "findings": [asdict(f) for f in findings],
-        "counts": {"records": n, "segments": report.segments, "corrupt_lines": report.corrupt,
+        "counts": {"records": n, "segments": report.segments, "damaged_segments": len(report.damaged),
+                   "corrupt_lines": report.corrupt,
                    "torn_tails": report.torn_tails, "diverged": scan.diverged,
                    "with_token_ids": scan.with_ids,
                    "with_diverged_field": scan.diverged_field},
@@ -199,6 +211,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "accept_length": scan.accept.summary(),
         "loops": scan.loops.summary(n, sum(ordered)),
         "unreadable_examples": [str(b) for b in report.examples],
+        "damaged_segments": [str(b) for b in report.damaged],
     }
 
 
@@ -244,7 +257,7 @@ def render(data: dict[str, Any], console: Console) -> None:
     render_accept(data["accept_length"], console)
     shown = (("stub-like", stubs["examples"] if stubs["share"] > 0.01 else []),
              ("invalid tool calls", calls["examples"]), ("looping replies", data["loops"]["examples"]),
-             ("unreadable lines", data["unreadable_examples"]))
+             ("unreadable lines", data["unreadable_examples"]), ("damaged segments", data["damaged_segments"]))
     for label, examples in shown:
         if examples:
             console.print(f"[bold]{label}, e.g.:[/bold]")
@@ -298,6 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         scan, report = scan_results(args.results, limits.short_tokens, args.s3_endpoint_url)
         ids = check_ids(args.results, scan.ids, args.prompts, args.s3_endpoint_url) if args.prompts else None
+        if ids is not None and scan.prompt_digests:
+            edited, examples = edited_prompts(args.prompts, scan.prompt_digests)
+            if edited:
+                ids = replace(ids, edited=edited, examples={**ids.examples, "edited": examples})
         if args.histogram is not None:
             histogram_png(scan.lengths, args.histogram, short_tokens=limits.short_tokens,
                           title=f"COMPLETION LENGTHS OF {scan.records} RECORDS")

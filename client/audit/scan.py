@@ -19,7 +19,8 @@ import orjson
 
 from client.audit.accept import AcceptLengths
 from client.audit.loops import Loops
-from client.core.ids import id_hash, leading_id
+from client.core.ids import id_hash, leading_id, line_id
+from client.core.records import prompt_sha256
 from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
 from client.results.rules import (
@@ -78,6 +79,8 @@ class Scan:
     samplings: Counter[bytes] = field(default_factory=Counter)  # canonical sampling block -> records
     accept: AcceptLengths = field(default_factory=AcceptLengths)  # MTP accept length, where records carry `spec`
     loops: Loops = field(default_factory=Loops)  # replies whose end repeats one block
+    # id hash of the prompt a result answers -> the first 64 bits of the prompt_sha256 it recorded
+    prompt_digests: dict[int, int] = field(default_factory=dict)
 
     def duplicate_events(self) -> int:
         """Multi-turn events written more than once (extra lines)."""
@@ -95,6 +98,10 @@ class Scan:
                 self.ids.append(id_hash(conversation))
         else:
             self.ids.append(id_hash(record["id"]))
+        digest = record.get("prompt_sha256")
+        if isinstance(digest, str) and len(digest) >= 16:
+            self.prompt_digests[id_hash(conversation if isinstance(conversation, str) else record["id"])] = \
+                int(digest[:16], 16)
         tokens = usage_int(record.get("usage"), "completion_tokens")
         if tokens is None:
             self.no_usage += 1
@@ -187,6 +194,7 @@ class IdCheck:
     duplicate_lines: int
     unknown: int
     examples: dict[str, list[str]]
+    edited: int = 0  # done prompts whose content differs from the one their result answers
 
 
 def scan_results(location: str, short_tokens: int, s3_endpoint_url: str | None = None) -> tuple[Scan, ReadReport]:
@@ -272,6 +280,30 @@ def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
                                                       "unknown": set(unknown[:EXAMPLES])}))
     return IdCheck(len(prompts) - prompt_duplicates, prompt_duplicates, len(missing), len(duplicated),
                    duplicate_lines, len(unknown), {k: v for k, v in examples.items() if v})
+
+
+def edited_prompts(prompt_paths: list[Path], digests: dict[int, int]) -> tuple[int, list[str]]:
+    """(how many, a few `id (FILE:LINE)`) of the prompts whose content differs from the digest their
+    result recorded: edited after the result was written, so the result answers the old prompt."""
+    count = 0
+    examples: list[str] = []
+    for path in resolve_prompt_files(prompt_paths).paths:
+        with prompt_lines(path) as handle:
+            for number, raw in enumerate(handle, start=1):
+                prompt_id = line_id(raw) if raw.strip() else None
+                if prompt_id is None or (recorded := digests.get(id_hash(prompt_id))) is None:
+                    continue
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if not isinstance(obj, dict):
+                    continue
+                if int(prompt_sha256(obj.get("messages"), obj.get("tools"), obj.get("meta"))[:16], 16) != recorded:
+                    count += 1
+                    if len(examples) < EXAMPLES:
+                        examples.append(f"{prompt_id} ({path}:{number})")
+    return count, examples
 
 
 def _name(pairs: Iterator[tuple[str, str]], wanted: dict[str, set[int]]) -> dict[str, list[str]]:

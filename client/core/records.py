@@ -6,8 +6,11 @@ read it without parsing the whole line.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
+
+import orjson
 
 
 class WireToolCall(TypedDict):
@@ -65,6 +68,27 @@ class ResultRecord(TypedDict):
     turn: NotRequired[int]
     diverged: NotRequired[str]
     meta: NotRequired[dict[str, Any]]
+    prompt_sha256: NotRequired[str]
+
+
+def prompt_sha256(messages: Any, tools: Any, meta: Any) -> str:
+    """The digest of a PromptRecord's content (messages, tools, meta; keys sorted, so key order and spacing
+    are not edits). A result records its prompt's, so a later edit of a done prompt can be told."""
+    canonical = orjson.dumps({"messages": messages, "tools": tools, "meta": meta}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class LineProblem:
+    """What is wrong with one line of an input or results file (line 0: the whole file or object), named
+    as `FILE:LINE: problem`: a bad prompt record, an unreadable result line, a damaged segment."""
+
+    where: str
+    line: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.where}:{self.line}: {self.problem}" if self.line else f"{self.where}: {self.problem}"
 
 
 class FailureRecord(TypedDict):

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from client.core.records import Prompt
-from client.local.source import InputProblem, PromptSource, SourceCounts
+from client.core.records import LineProblem, Prompt
+from client.local.source import PromptSource, SourceCounts
 
 MIN_PER_STRATUM = 2
 
@@ -37,14 +37,14 @@ class Census:
     strata: dict[str, int]
     invalid: int
     duplicates: int
-    problems: tuple[InputProblem, ...]
+    problems: tuple[LineProblem, ...]
 
     @property
     def total(self) -> int:
         return sum(self.strata.values())
 
 
-def _source(paths: Iterable[Path], on_problem: Callable[[InputProblem], None] | None = None) -> PromptSource:
+def _source(paths: Iterable[Path], on_problem: Callable[[LineProblem], None] | None = None) -> PromptSource:
     return PromptSource(list(paths), set(), on_problem=on_problem)
 
 

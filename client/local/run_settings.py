@@ -5,7 +5,9 @@ The settings are the model, the sampling block as recorded in every ResultRecord
 (`SamplingSettings.recorded(policy)`), thinking, the turns mode and the extension fields the run sends
 (the `--compat` result). A resume whose settings differ is refused unless asked for; an allowed change
 replaces `settings` and is appended to `history`. Prompt files are recorded with their sha256; adding or
-changing them is allowed and only reported.
+changing them is allowed and only reported. `sync` says where the run syncs (the --s3 prefix) and
+whether a run of it ever deleted uploaded local segments: then the done ids live only in S3, and a
+resume without that --s3 is refused (`sync_refusal`).
 
 Everything here is pure except `read_run_file`, `write_run_file` and `hash_prompt_file` (blocking: call
 them in a thread). The same bytes go to `PREFIX/run.json` with --s3 (client.run's wiring).
@@ -50,6 +52,36 @@ class RunRecord:
     created: float
     run: str = ""
     history: tuple[dict[str, Any], ...] = field(default=())
+    sync: SyncTarget | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncTarget:
+    """Where the run syncs: the --s3 prefix, and whether any run of it deleted uploaded local segments."""
+
+    s3: str
+    deleted_uploaded: bool = False
+
+    def after(self, s3: str | None, delete_uploaded: bool) -> SyncTarget:
+        """This target after a run with `s3`/`delete_uploaded`: deletion is remembered for good."""
+        return SyncTarget(s3 or self.s3, self.deleted_uploaded or (bool(s3) and delete_uploaded))
+
+
+def next_sync(previous: SyncTarget | None, s3: str | None, delete_uploaded: bool) -> SyncTarget | None:
+    if previous is not None:
+        return previous.after(s3, delete_uploaded)
+    return SyncTarget(s3, delete_uploaded) if s3 else None
+
+
+def sync_refusal(out: Path, recorded: SyncTarget | None, s3: str | None) -> str | None:
+    """Why a run with `s3` (None: no --s3) must not resume `out` (None when it may)."""
+    if recorded is None or not recorded.deleted_uploaded or s3 == recorded.s3:
+        return None
+    given = f"--s3 {s3}" if s3 else "no --s3"
+    return (f"--out {out} syncs to {recorded.s3} and an earlier run deleted its uploaded segments "
+            f"(--delete-uploaded, recorded in {out / RUN_FILE}): the done ids live only there. This run has "
+            f"{given}, so it would generate done prompts again. Run with --s3 {recorded.s3} (and the same "
+            "--s3-endpoint-url), or give a new --out.")
 
 
 def shaping_settings(*, model: str, sampling: Mapping[str, Any], thinking: bool, turns: str,
@@ -157,6 +189,7 @@ def to_json(record: RunRecord) -> bytes:
         "settings": record.settings,
         "prompts": [{"path": p.path, "sha256": p.sha256, "bytes": p.bytes} for p in record.prompts],
         "history": list(record.history),
+        **({"sync": {"s3": record.sync.s3, "deleted_uploaded": record.sync.deleted_uploaded}} if record.sync else {}),
     }, option=orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -173,7 +206,9 @@ def from_json(blob: bytes, *, source: str = RUN_FILE) -> RunRecord:
             raise ValueError("settings is not an object")
         prompts = tuple(PromptFile(str(p["path"]), str(p["sha256"]), int(p["bytes"])) for p in obj.get("prompts", []))
         history = tuple(h for h in obj.get("history", []) if isinstance(h, dict))
-        return RunRecord(settings, prompts, float(obj.get("created", 0.0)), str(obj.get("run", "")), history)
+        sync = obj.get("sync")
+        target = SyncTarget(str(sync["s3"]), bool(sync.get("deleted_uploaded", False))) if sync else None
+        return RunRecord(settings, prompts, float(obj.get("created", 0.0)), str(obj.get("run", "")), history, target)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{source}: unreadable run settings: {exc}") from exc
 

@@ -3,7 +3,7 @@
 Files are read line by line (plain, gzip or zstd, through `local.prompt_files`) and never held whole
 in memory. A record whose id is already done is
 recognised from the start of its raw line when it begins `{"id": "...`, so a resume over a million done
-records does not parse them again. Every bad record becomes an `InputProblem` naming file and line;
+records does not parse them again. Every bad record becomes a `LineProblem` naming file and line;
 nothing is dropped silently.
 """
 
@@ -18,19 +18,9 @@ import orjson
 
 from client.core.errors import InputError
 from client.core.ids import leading_id, line_id, not_utf8, shard_of
-from client.core.records import Prompt
+from client.core.records import LineProblem, Prompt
 from client.local.prompt_files import prompt_lines
 from prompts.schema import validate_prompt
-
-
-@dataclass(frozen=True, slots=True)
-class InputProblem:
-    path: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.message}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +61,7 @@ class SourceCounts:
     skipped_too_long: int = 0  # over the context in an earlier run (--retry-too-long sends them again)
     other_shards: int = 0
     yielded: int = 0
-    problems: list[InputProblem] = field(default_factory=list)
+    problems: list[LineProblem] = field(default_factory=list)
 
     @property
     def valid(self) -> int:
@@ -98,7 +88,7 @@ class PromptSource:
         *,
         strict: bool = False,
         shard: Shard | None = None,
-        on_problem: Callable[[InputProblem], None] | None = None,
+        on_problem: Callable[[LineProblem], None] | None = None,
         too_long_ids: set[str] | None = None,
     ) -> None:
         self.paths = list(paths)
@@ -111,7 +101,7 @@ class PromptSource:
         self._seen: set[str] = set()
 
     def _problem(self, path: Path, line: int, message: str, *, duplicate: bool = False) -> None:
-        problem = InputProblem(str(path), line, message)
+        problem = LineProblem(str(path), line, message)
         if self.strict:
             raise InputError(f"{problem} (stopping because of --strict)")
         if duplicate:

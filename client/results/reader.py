@@ -7,8 +7,10 @@ at once. The reader only reads: a torn last line (a crash mid-write) or a line t
 counted and named, never repaired, so an audit of a live run changes nothing under it.
 
 From S3 it reads exactly the segments the writers' manifests list (an object no manifest lists is an
-unfinished upload), one at a time: a thread with its own event loop fetches the next segment while
-the caller reads the current one, so at most a few segments are in memory.
+unfinished upload), each checked against its manifest entry's size and sha256: a damaged segment is
+named in `ReadReport.damaged` and none of its lines are read (its ids are not done). One at a time: a
+thread with its own event loop fetches the next segment while the caller reads the current one, so at
+most a few segments are in memory.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import orjson
 
 from client.core.errors import ConfigError, RegenError
 from client.core.ids import not_utf8
+from client.core.records import LineProblem
 
 SEGMENTS_DIR = "segments"
 _BUFFER = 1 << 20
@@ -41,16 +44,6 @@ class ResultLine:
     raw: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    where: str
-    line: int
-    problem: str
-
-    def __str__(self) -> str:
-        return f"{self.where}:{self.line}: {self.problem}"
-
-
 @dataclass
 class ReadReport:
     """What the reader saw besides the good records."""
@@ -59,9 +52,10 @@ class ReadReport:
     lines: int = 0
     torn_tails: int = 0
     corrupt: int = 0
-    examples: list[BadLine] = field(default_factory=list)
+    examples: list[LineProblem] = field(default_factory=list)
+    damaged: list[LineProblem] = field(default_factory=list)  # S3 segments whose bytes are not the manifest's
 
-    def bad(self, item: BadLine, *, torn: bool) -> None:
+    def bad(self, item: LineProblem, *, torn: bool) -> None:
         if torn:
             self.torn_tails += 1
         else:
@@ -98,7 +92,7 @@ def _lines(handle: IO[bytes], where: str, report: ReadReport) -> Iterator[Result
         report.lines += 1
         if not raw.endswith(b"\n"):
             # The writer appends whole lines; a last line without its newline is a write cut short.
-            report.bad(BadLine(where, number, "torn last line (the writer stopped mid-line); ignored"), torn=True)
+            report.bad(LineProblem(where, number, "torn last line (the writer stopped mid-line); ignored"), torn=True)
             return
         if raw.strip():
             yield ResultLine(where, number, raw)
@@ -128,18 +122,19 @@ def iter_records(location: str, report: ReadReport | None = None, *,
         try:
             obj = orjson.loads(item.raw)
         except orjson.JSONDecodeError as exc:
-            report.bad(BadLine(item.where, item.line, not_utf8(item.raw) or f"not valid JSON: {exc}"), torn=False)
+            report.bad(LineProblem(item.where, item.line, not_utf8(item.raw) or f"not valid JSON: {exc}"), torn=False)
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-            report.bad(BadLine(item.where, item.line, "not a result record (no string id)"), torn=False)
+            report.bad(LineProblem(item.where, item.line, "not a result record (no string id)"), torn=False)
             continue
         yield item, obj
 
 
-_Handoff = tuple[str, bytes] | BaseException | None
+_Handoff = tuple[str, bytes, str | None] | BaseException | None
 
 
 def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Iterator[ResultLine]:
+    from client.s3.manifest import body_problem
     from client.s3.resume import read_manifests
     from client.s3.store import S3Store, S3Url
 
@@ -160,14 +155,20 @@ def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Ite
         async with S3Store(url, endpoint_url=endpoint_url) as store:
             manifests = await read_manifests(store)
             entries = sorted((e for manifest, _ in manifests for e in manifest.segments.values()), key=lambda e: e.name)
+            manifest_of = {e: manifest.writer for manifest, _ in manifests for e in manifest.segments}
             if not entries:
                 raise ConfigError(f"{url}: no uploaded result segments (no manifest under manifests/ lists any)")
             for entry in entries:
                 got = await store.get(entry.key)
                 if got is None:
                     raise ConfigError(f"{url}{entry.key}: listed in a manifest but not in the bucket")
-                data = gzip.decompress(got[0]) if entry.gzip else got[0]
-                if not await asyncio.to_thread(put, (entry.key, data)):
+                problem = body_problem(entry, got[0])
+                if problem is not None:
+                    handoff_item: _Handoff = (entry.key, b"", f"{problem}; its {entry.records:,} record(s) "
+                                              f"were not read (writer {manifest_of[entry.name]})")
+                else:
+                    handoff_item = (entry.key, gzip.decompress(got[0]) if entry.gzip else got[0], None)
+                if not await asyncio.to_thread(put, handoff_item):
                     return
 
     def work() -> None:
@@ -190,8 +191,11 @@ def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Ite
                 raise ConfigError(f"{url}: cannot read the results: {item}") from item
             if isinstance(item, BaseException):
                 raise item
-            key, data = item
+            key, data, problem = item
             report.segments += 1
+            if problem is not None:
+                report.damaged.append(LineProblem(f"{url}{key}", 0, problem))
+                continue
             yield from _lines(io.BytesIO(data), f"{url}{key}", report)
     finally:
         stop.set()

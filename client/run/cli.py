@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     retries.add_argument("--retry-too-long", action="store_true",
                          help="retry prompts an earlier run found longer than the server's context (too_long); "
                               "they are otherwise left alone, since the same server cannot take them")
+    retries.add_argument("--redo-edited", action="store_true",
+                         help="generate again the done prompts whose line was edited since their result was "
+                              "written (their old results are taken out of the local segments); without it "
+                              "they are named and kept")
     retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
                          help="start at most RATE requests a second, retries included, for a hosted endpoint "
                               "with an agreed rate (default: no limit)")
@@ -258,6 +262,8 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         parser.error("--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all")
     if args.sim_arg and not args.simulate:
         parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
+    if args.redo_edited and args.s3:
+        parser.error("--redo-edited rewrites local segments, and with --s3 they are uploaded (never rewritten)")
     fleet = FleetConfig(
         urls=tuple(parse_endpoints(args.endpoints)) if args.endpoints else (), model=args.model,
         api_key=args.api_key, network=network_from(args), max_in_flight=args.max_in_flight, slots=args.slots,
@@ -274,7 +280,8 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
     return RunConfig(
         fleet=fleet, sampling=settings_from(args), prompts=tuple(Path(p) for p in args.prompts), out=Path(args.out),
         view=view, s3=s3, simulate=simulate, turns=args.turns, strict=args.strict, show_problems=args.show_problems,
-        allow_settings_change=args.allow_settings_change, retry_too_long=args.retry_too_long, shard=args.shard,
+        allow_settings_change=args.allow_settings_change, retry_too_long=args.retry_too_long,
+        redo_edited=args.redo_edited, shard=args.shard,
         shard_count=args.shard_count, segment_mb=args.segment_mb, segment_age=args.segment_age,
         max_attempts=args.max_attempts, max_requests_per_second=args.max_requests_per_second,
         max_retry_after=args.max_retry_after, grace=args.grace)

@@ -63,6 +63,7 @@ class RunConfig:
     show_problems: int = 20
     allow_settings_change: bool = False
     retry_too_long: bool = False
+    redo_edited: bool = False
     shard: str | None = None
     shard_count: int | None = None
     segment_mb: float = 256.0

@@ -16,7 +16,6 @@ from client.core.errors import ConfigError, InputError
 from client.core.payload import RequestShape
 from client.core.stats import RunStats, StatsSnapshot
 from client.local.estimate_file import expected_tokens_per_prompt
-from client.local.failures import read_too_long_ids
 from client.local.ledger import read_done_ids
 from client.local.prompt_files import resolve_prompt_files
 from client.local.run_settings import shaping_settings
@@ -25,17 +24,18 @@ from client.local.source import PromptSource, Shard, count_remaining
 from client.results.reader import iter_records
 from client.run.config import RunConfig
 from client.run.console import say, show_progress
+from client.run.edited_prompts import check_edited
 from client.run.exit_codes import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SYNC_PENDING
 from client.run.fleet_session import Fleet, open_fleet
 from client.run.metrics import MetricsServer
 from client.run.rate import RequestRate
-from client.run.s3_wiring import drain, open_s3
-from client.run.settings_gate import SettingsGate
+from client.run.s3_wiring import drain, open_s3, register_s3
+from client.run.settings_gate import SettingsGate, check_sync_target
 from client.run.shard_auto import resolve_shard
 from client.run.stop import StopController
 from client.run.summary import print_summary
 from client.run.swarm import RetryPolicy, Swarm, SwarmOutcome, SwarmSettings
-from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger
+from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger, skip_too_long
 from client.s3.uploader import SegmentUploader, SyncReport
 
 Companion = Callable[[], Coroutine[Any, Any, None]]
@@ -62,6 +62,8 @@ class Run:
         """Everything that can refuse, in order, before any prompt is sent; an exit code to end early."""
         cfg = self.cfg
         ResultSink.prepare(cfg.out)
+        s3_url = cfg.s3.s3 if cfg.s3 is not None else None
+        await asyncio.to_thread(check_sync_target, cfg.out, s3_url)  # before anything is read from S3 or sent
         prompt_files = resolve_prompt_files(list(cfg.prompts), note=say)
         if prompt_files.all_empty:
             nothing = "the prompt file(s) hold no record at all (" + ", ".join(map(str, prompt_files.empty)) + " empty)"
@@ -84,7 +86,7 @@ class Run:
         ledger = await self._turn_ledger(done_ids) if cfg.turns == "all" else None
         # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
         skip_ids = ledger.finished if ledger is not None else done_ids
-        too_long_ids = set() if cfg.retry_too_long or ledger is not None else read_too_long_ids(cfg.out) - done_ids
+        too_long_ids = set() if cfg.retry_too_long else skip_too_long(cfg.out, done_ids, ledger)
         if too_long_ids:
             say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
                 "(too_long in the failures file); pass --retry-too-long to send them again")
@@ -92,7 +94,8 @@ class Run:
 
         gate = SettingsGate(cfg.out, run_id=self.run_id, allow_change=cfg.allow_settings_change,
                             store=self.uploader.store if self.uploader is not None else None,
-                            existing_records=len(done_ids))
+                            existing_records=len(done_ids), s3=s3_url,
+                            delete_uploaded=cfg.s3 is not None and cfg.s3.delete_uploaded)
 
         async def check_shape(shape: RequestShape) -> None:
             await gate.check(shaping_settings(model=shape.model, sampling=shape.sampling,
@@ -104,6 +107,8 @@ class Run:
         self.stats.track(len(fleet.endpoints))
         self.fleet = fleet
         await gate.record(paths)
+        await check_edited(gate.changed_prompt_files, paths, cfg.out, done_ids, redo=cfg.redo_edited, ledger=ledger)
+        await register_s3(self.uploader)  # only now: a start refused above has left S3 as it found it
         thinking = "on" if cfg.sampling.enable_thinking else "off"
         say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking {thinking}, "
             f"max_tokens {cfg.sampling.max_tokens}, turns {cfg.turns}")

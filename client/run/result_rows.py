@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from client.core.errors import AttemptError
-from client.core.records import FailureRecord, Prompt, ResultRecord
+from client.core.records import FailureRecord, Prompt, ResultRecord, prompt_sha256
 from client.run.retry import Generation
 
 
@@ -45,6 +45,7 @@ def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]]
         record["diverged"] = diverged
     if prompt.meta is not None:
         record["meta"] = prompt.meta
+    record["prompt_sha256"] = prompt_sha256(prompt.messages, prompt.tools, prompt.meta)
     return record
 
 

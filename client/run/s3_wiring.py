@@ -1,5 +1,7 @@
-"""The S3 side of `client.run`: open the store and register the run before any request, and the bounded
-wait for the last uploads at the end. The uploading itself is client.s3.uploader's."""
+"""The S3 side of `client.run`: open the store and read the prefix's state before any request
+(`open_s3`, which changes nothing), register the run once every check that can refuse the start has
+passed (`register_s3`), and the bounded wait for the last uploads at the end. The uploading itself is
+client.s3.uploader's."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from client.local.source import Shard
 from client.run.config import S3Config
 from client.run.console import say
 from client.s3.manifest import manifest_key, writer_name
+from client.s3.resume import S3Start, commit
 from client.s3.resume import start as start_s3
 from client.s3.store import S3Error, S3Store, S3Url
 from client.s3.uploader import SegmentUploader, SyncReport
@@ -20,25 +23,45 @@ from client.s3.uploader import SegmentUploader, SyncReport
 
 async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids: set[str],
                    stack: contextlib.AsyncExitStack, *, shard_source: str = "") -> SegmentUploader:
-    """Check the bucket, add the done ids held in S3, queue what an earlier run left unuploaded, and
-    register this run in its manifest: all before any request, so a bad bucket costs nothing."""
+    """Check the bucket, add the done ids held in S3 and find what an earlier run left unuploaded: all
+    before any request, so a bad bucket costs nothing, and without writing anything (`register_s3` does)."""
     url = S3Url.parse(args.s3)
     store = await stack.enter_async_context(S3Store(url, endpoint_url=args.s3_endpoint_url))
     writer = writer_name(host_name(), shard.label)
     try:
         found = await start_s3(store, segments_dir=out / "segments", writer=writer, host=host_name(),
                                shard=f"{shard.index}/{shard.count}", run_id=run_id,
-                               sync_interval_s=args.sync_interval, done=done_ids,
-                               delete_uploaded=args.delete_uploaded, shard_source=shard_source)
-        uploader = SegmentUploader(store, found.manifest, found.etag, gzipped=args.s3_gzip,
-                                   part_size=int(args.s3_part_mb * (1 << 20)), delete_uploaded=args.delete_uploaded)
-        for segment in found.pending:
-            uploader.add(segment)
-        await uploader.write_manifest()
+                               sync_interval_s=args.sync_interval, done=done_ids, shard_source=shard_source)
     except S3Error as exc:
         raise ConfigError(f"{exc}. Nothing was sent; start again once S3 answers.") from exc
+    uploader = SegmentUploader(store, found.manifest, found.etag, gzipped=args.s3_gzip,
+                               part_size=int(args.s3_part_mb * (1 << 20)), delete_uploaded=args.delete_uploaded)
     say(f"s3: {url} as writer {writer} ({manifest_key(writer)}): read {found.manifests} manifest(s); "
          f"{found.s3_ids_added:,} more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
+    for line in found.damaged:
+        say(f"s3: warning: {line}")
+
+    async def clean_up() -> None:
+        await commit(store, found, writer=writer, delete_uploaded=args.delete_uploaded)
+        for segment in found.pending:
+            uploader.add(segment)
+        _say_cleaned(found)
+
+    uploader.before_register = clean_up
+    return uploader
+
+
+async def register_s3(uploader: SegmentUploader | None) -> None:
+    """Once nothing can refuse the start: the held-back clean-up, and this run's manifest as running."""
+    if uploader is None:
+        return
+    try:
+        await uploader.register()
+    except S3Error as exc:
+        raise ConfigError(f"{exc}. Start again once S3 answers.") from exc
+
+
+def _say_cleaned(found: S3Start) -> None:
     if found.takeover:
         say(f"s3: {found.takeover}")
     for line in found.dropped:
@@ -51,7 +74,6 @@ async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids
         say(f"s3: aborted {found.aborted_uploads} unfinished multipart upload(s) an earlier run left behind")
     if found.deleted_local:
         say(f"s3: deleted {found.deleted_local} local segment(s) already uploaded (--delete-uploaded)")
-    return uploader
 
 
 async def drain(uploader: SegmentUploader, args: S3Config, out: Path, state: str, *,

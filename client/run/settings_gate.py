@@ -2,6 +2,10 @@
 before anything is sent to a server), then record the settings and the prompt files' hashes before the
 first prompt, in `OUT/run.json` and, with --s3, in `PREFIX/run.json`.
 
+Where the run syncs is recorded too (`sync`): an --out whose uploaded segments were deleted
+(--delete-uploaded) has its done ids only in S3, so `check_sync_target` refuses a resume without that
+--s3 before anything is read or sent.
+
 An --out that holds records but no run.json (removed, lost) is refused too: the settings those records
 were made with are unknown, so any resume could mix settings silently. --allow-settings-change continues
 and notes the unknown settings in the history.
@@ -17,6 +21,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +32,11 @@ from client.local.run_settings import (
     first_record,
     from_json,
     hash_prompt_file,
+    next_sync,
     prompt_changes,
     read_run_file,
     setting_changes,
+    sync_refusal,
     to_json,
     updated,
     write_run_file,
@@ -58,17 +65,32 @@ def refusal(where: str, changes: Sequence[str]) -> str:
             "appended to run.json's history and the audit reports the run as mixed).")
 
 
+def check_sync_target(out: Path, s3: str | None) -> None:
+    """ConfigError (exit 2) when `out`'s done ids live only in an S3 prefix this run does not sync to; a
+    note when it syncs elsewhere but this run keeps its results local."""
+    recorded = read_run_file(out)
+    sync = recorded.sync if recorded is not None else None
+    problem = sync_refusal(out, sync, s3)
+    if problem is not None:
+        raise ConfigError(problem)
+    if sync is not None and not s3:
+        say(f"note: --out {out} syncs to {sync.s3}; this run has no --s3, so its results stay local until a "
+            "run with that --s3 uploads them")
+
+
 class SettingsGate:
     """Compares this run's settings with the recorded ones (`check`), then records them (`record`)."""
 
     def __init__(self, out: Path, *, run_id: str, allow_change: bool, store: S3Store | None = None,
-                 existing_records: int = 0) -> None:
+                 existing_records: int = 0, s3: str | None = None, delete_uploaded: bool = False) -> None:
         self.out = out
+        self.s3, self.delete_uploaded = s3, delete_uploaded
         self.existing_records = existing_records
         self.run_id = run_id
         self.allow_change = allow_change
         self.store = store
         self._settings: dict[str, Any] | None = None
+        self.changed_prompt_files: list[Path] = []  # added or changed since the recorded run (after `record`)
         self._local: RunRecord | None = None
         self._remote: RunRecord | None = None
         self._remote_etag: str | None = None
@@ -125,6 +147,8 @@ class SettingsGate:
         if reference is not None:
             for line in prompt_changes(reference.prompts, files):
                 say(f"prompt files changed since the last run (allowed): {line}")
+            before = {p.path: p.sha256 for p in reference.prompts}
+            self.changed_prompt_files = [Path(f.path) for f in files if before.get(f.path) != f.sha256]
         record = self._next(reference, files)
         if record != self._local:
             await asyncio.to_thread(write_run_file, self.out, record)
@@ -135,9 +159,11 @@ class SettingsGate:
         assert self._settings is not None
         now = time.time()
         if reference is None:
-            return first_record(settings=self._settings, prompts=files, run=self.run_id, at=now,
-                                unknown_records=self.existing_records)
-        return updated(reference, settings=self._settings, prompts=files, run=self.run_id, at=now)
+            record = first_record(settings=self._settings, prompts=files, run=self.run_id, at=now,
+                                  unknown_records=self.existing_records)
+        else:
+            record = updated(reference, settings=self._settings, prompts=files, run=self.run_id, at=now)
+        return replace(record, sync=next_sync(record.sync, self.s3, self.delete_uploaded))
 
     async def _record_remote(self, record: RunRecord, files: Sequence[Any]) -> None:
         """Store `record` as PREFIX/run.json unless it holds it already; on a race, compare with the winner's."""

@@ -3,6 +3,10 @@ crash (or a failure) cut off, so it continues at its next turn on the model's ow
 
 Read once at start-up from the done-ID ledger and the segments: only conversations without a final
 (`!`) event are looked up, and only the segments whose id lists hold their last turn are read.
+
+A conversation whose next turn an earlier run found longer than the server's context (`too_long` on that
+event) is left out like a too_long prompt: that turn's history is made of written turns, so it would be
+just as long again (`skip_too_long`; --retry-too-long sends it again).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 import orjson
 
 from client.core.ids import leading_id, line_id
+from client.local.failures import read_too_long_ids
 from client.local.ledger import read_ids
 from client.local.prompt_files import prompt_lines
 from client.local.source import Shard
@@ -28,6 +33,11 @@ class TurnLedger:
     finished: set[str] = field(default_factory=set)
     latest: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # conversation id -> event id not found
+    too_long: set[str] = field(default_factory=set)  # conversations whose next turn is over the context
+
+    def next_turn(self, conversation_id: str) -> int:
+        earlier = self.latest.get(conversation_id)
+        return int(earlier["turn"]) + 1 if earlier is not None else 1
 
     def is_finished(self, conversation_id: str) -> bool:
         return conversation_id in self.finished
@@ -68,6 +78,27 @@ def load_turn_ledger(done_ids: Iterable[str], segments_dir: Path) -> TurnLedger:
     return ledger
 
 
+def too_long_conversations(ledger: TurnLedger, too_long_events: Iterable[str]) -> set[str]:
+    """The unfinished conversations whose next turn is one of `too_long_events` (event ids)."""
+    found: set[str] = set()
+    for value in too_long_events:
+        key = parse_event_id(value)
+        if key is not None and not ledger.is_finished(key.conversation_id) \
+                and ledger.next_turn(key.conversation_id) == key.turn:
+            found.add(key.conversation_id)
+    return found
+
+
+def skip_too_long(out: Path, done_ids: set[str], ledger: TurnLedger | None) -> set[str]:
+    """The prompt ids to leave out as too_long (blocking: reads the failures files). With --turns all
+    (`ledger`), the conversations whose next turn is too_long, which the ledger then counts as left out."""
+    too_long = read_too_long_ids(out)
+    if ledger is None:
+        return too_long - done_ids
+    ledger.too_long = too_long_conversations(ledger, too_long)
+    return ledger.too_long
+
+
 def add_records(ledger: TurnLedger, records: Iterable[dict[str, Any]]) -> None:
     """Fill in last turns found elsewhere (the S3 prefix, for a fresh host)."""
     wanted = {value: cid for cid, value in ledger.missing.items()}
@@ -90,7 +121,7 @@ def count_remaining_events(paths: Iterable[Path], ledger: TurnLedger, shard: Sha
         with prompt_lines(path) as handle:
             for raw in handle:
                 quick = leading_id(raw)
-                if quick is not None and (quick in ledger.finished or quick in seen):
+                if quick is not None and (quick in ledger.finished or quick in ledger.too_long or quick in seen):
                     continue
                 try:
                     obj = orjson.loads(raw)
@@ -100,7 +131,8 @@ def count_remaining_events(paths: Iterable[Path], ledger: TurnLedger, shard: Sha
                     continue
                 cid = obj["id"]
                 messages = obj.get("messages")
-                if cid in ledger.finished or cid in seen or not shard.owns(cid) or not isinstance(messages, list):
+                if (cid in ledger.finished or cid in ledger.too_long or cid in seen or not shard.owns(cid)
+                        or not isinstance(messages, list)):
                     continue
                 seen.add(cid)
                 written = int(ledger.latest[cid]["turn"]) if cid in ledger.latest else 0

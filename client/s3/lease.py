@@ -8,7 +8,8 @@ restarted at once). A stale one, or one from a client that wrote no machine, is 
 takeover is said.
 
 The same freshness keeps shards of different counts apart: a live writer of shard count 3 and a new
-one of count 2 would share ids and both generate them, so the new one is refused at start.
+one of count 2 would share ids and both generate them, so the new one is refused at start. A writer
+that ran on this machine and whose pid is gone is known dead at once, here too.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def fresh_for(previous: Manifest) -> float:
     return FRESH_INTERVALS * max(previous.sync_interval_s, 1.0) + FRESH_MARGIN_S
 
 
+def gone_here(previous: Manifest, *, machine: str, alive: Callable[[int], bool] = pid_alive) -> bool:
+    """The manifest's writer ran on this machine and its process is gone (a crash, a kill -9)."""
+    return bool(machine) and previous.machine == machine and previous.pid > 0 and not alive(previous.pid)
+
+
 def check_lease(previous: Manifest, *, machine: str, now: float | None = None,
                 alive: Callable[[int], bool] = pid_alive) -> str | None:
     """None when the name is free; a line to show when a dead writer's lease is taken over; ManifestConflict
@@ -46,7 +52,7 @@ def check_lease(previous: Manifest, *, machine: str, now: float | None = None,
     now = time.time() if now is None else now
     age = now - previous.updated
     who = f"host {previous.host}, pid {previous.pid}, run {previous.run or '?'}"
-    if previous.machine == machine and previous.pid and not alive(previous.pid):
+    if gone_here(previous, machine=machine, alive=alive):
         return f"taking over writer {previous.writer}: its last client on this machine ({who}) is gone"
     if age >= fresh_for(previous):
         return (f"taking over writer {previous.writer}: its manifest says running but has not been updated for "
@@ -64,18 +70,20 @@ def _count(shard: str) -> int | None:
 
 
 def check_shard_counts(manifests: Iterable[Manifest], *, writer: str, shard: str, url: str,
-                       now: float | None = None) -> None:
+                       now: float | None = None, machine: str = "",
+                       alive: Callable[[int], bool] = pid_alive) -> None:
     """ManifestConflict (exit 2) when a live writer of another shard count is on the prefix.
 
     Shards of different counts share ids (K/3 and K/2 overlap), so two live writers of different counts
-    would both generate the ids they share. Writers that are gone (stopped, finished, or stale by the
-    lease's rule) do not count: changing the shard count between runs is fine, the done ids are skipped.
+    would both generate the ids they share. Writers that are gone (stopped, finished, stale by the lease's
+    rule, or dead on this machine) do not count: changing the shard count between runs is fine, the done
+    ids are skipped.
     """
     mine = _count(shard)
     now = time.time() if now is None else now
     live = [m for m in manifests
             if m.writer != writer and m.state == "running" and now - m.updated < fresh_for(m)
-            and _count(m.shard) not in (None, mine)]
+            and _count(m.shard) not in (None, mine) and not gone_here(m, machine=machine, alive=alive)]
     if not live:
         return
     counts = sorted({c for m in live if (c := _count(m.shard)) is not None})

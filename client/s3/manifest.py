@@ -96,6 +96,27 @@ class SegmentEntry:
         )
 
 
+def listed_problem(entry: SegmentEntry, size: int | None, etag: str | None) -> str | None:
+    """Why the object a listing shows for `entry` is not the one uploaded (None when it is): missing, another
+    size, or another ETag. A listing gives both for every object at once, so this costs no segment read."""
+    if size is None:
+        return "missing from the bucket"
+    if size != entry.stored_bytes:
+        return f"{size:,} bytes in the bucket, {entry.stored_bytes:,} in the manifest (truncated or replaced)"
+    if etag is not None and entry.etag and not same_etag(etag, entry.etag):
+        return f"ETag {etag.strip(chr(34))} in the bucket, {entry.etag} in the manifest (replaced)"
+    return None
+
+
+def body_problem(entry: SegmentEntry, body: bytes) -> str | None:
+    """Why `body` (the object as read) is not the segment the manifest lists (None when it is)."""
+    if len(body) != entry.stored_bytes:
+        return f"{len(body):,} bytes read, {entry.stored_bytes:,} in the manifest (truncated or replaced)"
+    if entry.sha256 and hashlib.sha256(body).hexdigest() != entry.sha256:
+        return "its sha256 differs from the manifest's (damaged or replaced)"
+    return None
+
+
 def _iso(unix: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 

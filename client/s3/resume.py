@@ -2,10 +2,17 @@
 S3 to the ledger (from the id indexes, never the segments), and find the local segments an earlier run
 closed but did not upload (compared with the manifests), so they go up first.
 
-It also cleans what a crash of this writer left behind: unfinished multipart uploads under its segment
-names, and (with --delete-uploaded) local segments a manifest already lists. A local segment that was
-never uploaded but holds ids another writer has since uploaded (a host that came back after its shard
-was rerun elsewhere) loses those lines before upload, so no id is ever stored twice.
+Every listed segment is checked against its object in one listing of `segments/` (size and ETag, no
+segment read): a segment that is missing, truncated or replaced is damaged, and its ids are not done, so
+this run generates them again. This writer drops its own damaged entries from its manifest (a local copy
+of one goes up again); another writer's stay listed until that writer starts again.
+
+`start` only reads: a start refused later (settings, a live writer) leaves the prefix and --out as it
+found them. Once nothing can refuse the start any more, `commit` cleans what a crash of this writer left
+behind: unfinished multipart uploads under its segment names, and (with --delete-uploaded) local
+segments a manifest already lists. A local segment that was never uploaded but holds ids another writer
+has since uploaded (a host that came back after its shard was rerun elsewhere) loses those lines before
+upload, so no id is ever stored twice.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from client.core.errors import ConfigError
 from client.core.ids import line_id
 from client.local.ledger import read_ids, write_ids
 from client.s3.lease import check_lease, check_shard_counts, machine_id
-from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids
+from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids, listed_problem
 from client.s3.store import S3Error, S3Store
 from client.s3.uploader import PendingSegment
 
@@ -48,6 +55,11 @@ class S3Start:
     deleted_local: int = 0
     seconds: float = 0.0
     takeover: str | None = None  # the lease of a writer that is gone, taken over (client.s3.lease)
+    damaged: list[str] = field(default_factory=list)  # listed segments whose object is not the one uploaded
+    # What `commit` does once the start cannot be refused any more:
+    duplicates: dict[PendingSegment, set[str]] = field(default_factory=dict)  # ids uploaded since by others
+    local: list[Path] = field(default_factory=list)
+    entries: dict[str, SegmentEntry] = field(default_factory=dict)
 
 
 async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
@@ -63,6 +75,20 @@ async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
         except ValueError as exc:
             raise ConfigError(f"{exc}. Fix or remove that object, then start again.") from exc
     return found
+
+
+async def find_damaged(store: S3Store, manifests: Sequence[tuple[Manifest, str]]) -> dict[str, str]:
+    """Segment name -> what is wrong, for every listed segment whose object differs from its entry."""
+    listed = {info.key: info for info in await store.list_objects(SEGMENTS_PREFIX)}
+    damaged: dict[str, str] = {}
+    for manifest, _ in manifests:
+        for entry in manifest.segments.values():
+            info = listed.get(entry.key)
+            problem = listed_problem(entry, info.size if info else None, info.etag if info else None)
+            if problem is not None:
+                damaged[entry.name] = (f"{store.url}{entry.key} (writer {manifest.writer}, {entry.records:,} "
+                                       f"record(s)) is damaged: {problem}")
+    return damaged
 
 
 def _ids_from_segment(data: bytes) -> list[str]:
@@ -173,15 +199,15 @@ def _delete_uploaded(local: list[Path], entries: dict[str, SegmentEntry]) -> int
 
 
 async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, shard: str, run_id: str,
-                sync_interval_s: float, done: set[str], delete_uploaded: bool = False,
-                shard_source: str = "") -> S3Start:
-    """Everything a run with --s3 does before its first request; `done` gains the ids found in S3."""
+                sync_interval_s: float, done: set[str], shard_source: str = "") -> S3Start:
+    """What a run with --s3 reads before its first request, changing nothing (see `commit`); `done` gains
+    the ids found in S3, and a live writer of this name or of another shard count refuses the start."""
     began = time.perf_counter()
     await store.check_bucket()
     manifests = await read_manifests(store)
-    check_shard_counts((m for m, _ in manifests), writer=writer, shard=shard, url=str(store.url))
-    mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
     machine = machine_id()
+    check_shard_counts((m for m, _ in manifests), writer=writer, shard=shard, url=str(store.url), machine=machine)
+    mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
     takeover = check_lease(mine[0], machine=machine) if mine else None  # before anything is changed
     manifest = mine[0] if mine else Manifest(writer=writer, host=host, shard=shard)
     manifest.machine, manifest.pid = machine, os.getpid()
@@ -189,7 +215,12 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     manifest.shard_source = shard_source
     result = S3Start(manifest, mine[1] if mine else None, manifests=len(manifests), takeover=takeover)
 
-    entries = {entry.name: entry for m, _ in manifests for entry in m.segments.values()}
+    damaged = await find_damaged(store, manifests)
+    for name, problem in damaged.items():
+        own = manifest.segments.pop(name, None) is not None
+        result.damaged.append(f"{problem}; its ids are not done and are generated again"
+                              + ("; dropped from this writer's manifest" if own else ""))
+    entries = {entry.name: entry for m, _ in manifests for entry in m.segments.values() if entry.name not in damaged}
     local, pending = await asyncio.to_thread(_local_state, segments_dir, set(entries))
     watch_ids = frozenset(i for ids in pending.values() for i in ids)
 
@@ -200,21 +231,31 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
 
     for segment, ids in pending.items():
         duplicates = ids & overlap
-        if not duplicates:
+        if duplicates:
+            result.duplicates[segment] = duplicates
+        else:
             result.pending.append(segment)
-            continue
+    result.local, result.entries = local, entries
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+async def commit(store: S3Store, found: S3Start, *, writer: str, delete_uploaded: bool = False) -> None:
+    """The clean-up `start` found, done once nothing can refuse the start any more (a refused start
+    changes nothing): drop the lines other writers have uploaded since from never-uploaded segments,
+    abort this writer's unfinished multipart uploads, and (--delete-uploaded) delete listed local segments."""
+    for segment, duplicates in found.duplicates.items():
         kept = await asyncio.to_thread(drop_ids, segment, duplicates)
-        result.dropped.append(f"{segment.path.name}: {len(duplicates)} result(s) another writer has uploaded "
-                              "since were dropped before upload")
+        found.dropped.append(f"{segment.path.name}: {len(duplicates)} result(s) another writer has uploaded "
+                             "since were dropped before upload")
         if kept is not None:
-            result.pending.append(kept)
+            found.pending.append(kept)
+    found.duplicates.clear()
 
     for key, upload_id in await store.list_multipart(f"{SEGMENTS_PREFIX}{writer}-"):
         with contextlib.suppress(S3Error):
             await store.abort_multipart(key, upload_id)
-            result.aborted_uploads += 1
+            found.aborted_uploads += 1
 
     if delete_uploaded:
-        result.deleted_local = await asyncio.to_thread(_delete_uploaded, local, entries)
-    result.seconds = time.perf_counter() - began
-    return result
+        found.deleted_local = await asyncio.to_thread(_delete_uploaded, found.local, found.entries)

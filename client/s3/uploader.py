@@ -23,7 +23,7 @@ import hashlib
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -163,6 +163,16 @@ class SegmentUploader:
         self._final_state = ""
         self._failures = 0
         self._wake = asyncio.Event()
+        # The start-up clean-up held back until nothing can refuse the start (client.s3.resume.commit).
+        self.before_register: Callable[[], Awaitable[None]] | None = None
+
+    async def register(self) -> None:
+        """Claim this writer's name once the start cannot be refused any more: the held-back clean-up,
+        then the manifest stored as running (a refused start leaves the prefix as it found it)."""
+        if self.before_register is not None:
+            await self.before_register()
+            self.before_register = None
+        await self.write_manifest()
 
     # -- feeding (event loop thread, never blocks) -----------------------------------------------------
 

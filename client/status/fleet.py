@@ -32,6 +32,16 @@ RATE_WINDOW_S = 3600.0
 STALE_MARGIN_S = 60.0
 
 
+def eta_from(remaining: int | None, rate: float) -> float | None:
+    """Seconds until `remaining` items are done at `rate` a second: 0 when none remain, None when either
+    is unknown (no total, or no rate). The one ETA of `client.status`, for the fleet and for an --out."""
+    if remaining is None:
+        return None
+    if remaining == 0:
+        return 0.0
+    return remaining / rate if rate > 0 else None
+
+
 @dataclass
 class ShardRow:
     shard: str
@@ -97,12 +107,7 @@ class FleetStatus:
 
     @property
     def eta_s(self) -> float | None:
-        remaining = self.remaining
-        if remaining is None:
-            return None
-        if remaining == 0:
-            return 0.0
-        return remaining / self.rate if self.rate > 0 else None
+        return eta_from(self.remaining, self.rate)
 
     def stale(self) -> list[ShardRow]:
         return [r for r in self.rows if r.stale(self.now, self.stale_after)]

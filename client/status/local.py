@@ -3,16 +3,19 @@
 It reads every result segment (through `client.results.reader`, which never repairs a live segment)
 for the done ids, the tokens and the records' `created` times; `run.json` for the run's model and
 settings; `failures/` for the ids still failed; and the lock file for whether a client is running on the
-directory now (whether its flock is held, as client.run judges it). With --prompts it counts the total
-(the shard's, when the segments all carry one shard K/N with N > 1), what remains and the ETA from the
-rate over the last hour (the records whose `created` falls in the last hour, or since the first record
-when that is sooner). A run with `--turns all` (run.json's `turns`) counts conversations: one is done
+directory now (whether its flock is held, as client.run judges it). With --prompts, or else the prompt
+files run.json records (when they are all still there), it counts the total (the shard's, when the
+segments all carry one shard K/N with N > 1), what remains and the ETA from the rate over the last hour
+(the records whose `created` falls in the hour before now, or before the last record when no run is live,
+so a finished run's rate is not diluted by the time since it ended; or since the first record when that
+is sooner). A run with `--turns all` (run.json's `turns`) counts conversations: one is done
 when the event that ends it (`<id>#<turn>!`) is written, and the rate is of finished conversations.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +31,7 @@ from client.local.lock import LOCK_FILE, Holder, probe_lock
 from client.local.run_settings import read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
 from client.run.conversation import parse_event_id
-from client.status.fleet import RATE_WINDOW_S, count_prompts
+from client.status.fleet import RATE_WINDOW_S, count_prompts, eta_from
 
 # `<host>-<K>of<N>-<run id>-<seq>`: the run id is `YYYYmmddTHHMMSS-xxxx` (client.local.sink).
 _SEGMENT_SHARD = re.compile(r"-(\d+)of(\d+)-\d{8}T\d{6}-[0-9a-f]{4}-\d+\.jsonl(?:\.gz)?$")
@@ -75,6 +78,11 @@ class LocalStatus:
     last_created: float | None = None
     recent_records: int = 0
     recent_tokens: int = 0
+    # (created, completion tokens, finished) per record, for the rate once the window's end is known
+    _created: array[float] = field(default_factory=lambda: array("d"))
+    _tokens: array[int] = field(default_factory=lambda: array("q"))
+    _finished: array[int] = field(default_factory=lambda: array("b"))
+    prompts_from_run_json: bool = False
     shards: set[str] = field(default_factory=set)
     torn: int = 0
     corrupt: int = 0
@@ -95,10 +103,26 @@ class LocalStatus:
         return None if self.total is None else max(0, self.total - self.done)
 
     @property
+    def rate_end(self) -> float:
+        """Where the rate window ends: now while a run is live (or cannot be told), else at the last record."""
+        if self.lock.live is False and self.last_created is not None:
+            return min(self.now, self.last_created)
+        return self.now
+
+    @property
     def window_s(self) -> float:
         if self.first_created is None:
             return RATE_WINDOW_S
-        return min(RATE_WINDOW_S, max(1.0, self.now - self.first_created))
+        return min(RATE_WINDOW_S, max(1.0, self.rate_end - self.first_created))
+
+    def count_recent(self) -> None:
+        """The records (and their tokens) in the rate window, once every record is read."""
+        end = self.rate_end
+        self.recent_records = self.recent_tokens = 0
+        for created, tokens, finished in zip(self._created, self._tokens, self._finished, strict=True):
+            if 0.0 <= end - created <= RATE_WINDOW_S:
+                self.recent_records += finished
+                self.recent_tokens += tokens
 
     @property
     def rate(self) -> float:
@@ -110,12 +134,7 @@ class LocalStatus:
 
     @property
     def eta_s(self) -> float | None:
-        remaining = self.remaining
-        if remaining is None:
-            return None
-        if remaining == 0:
-            return 0.0
-        return remaining / self.rate if self.rate > 0 else None
+        return eta_from(self.remaining, self.rate)
 
     @property
     def shard(self) -> tuple[int, int] | None:
@@ -149,9 +168,9 @@ def _add_record(status: LocalStatus, record: dict[str, Any]) -> None:
     if isinstance(created, (int, float)) and not isinstance(created, bool):
         status.first_created = created if status.first_created is None else min(status.first_created, created)
         status.last_created = created if status.last_created is None else max(status.last_created, created)
-        if status.now - created <= RATE_WINDOW_S:
-            status.recent_records += int(finished)
-            status.recent_tokens += tokens
+        status._created.append(float(created))
+        status._tokens.append(tokens)
+        status._finished.append(int(finished))
 
 
 def _failed_ids(out: Path) -> set[str]:
@@ -199,7 +218,12 @@ def read_local(out: Path, prompt_paths: Sequence[Path], *, now: float) -> LocalS
             _add_record(status, record)
         status.torn, status.corrupt = report.torn_tails, report.corrupt
         status.unread_examples = [str(bad) for bad in report.examples]
+        status.count_recent()
     status.failed_ids = _failed_ids(out)
+    if not prompt_paths and run is not None and run.prompts:
+        recorded = [Path(p.path) for p in run.prompts]
+        if all(path.is_file() for path in recorded):
+            prompt_paths, status.prompts_from_run_json = recorded, True
     if prompt_paths:
         shard = status.shard
         total, per = count_prompts(prompt_paths, {shard[1]} if shard else set())
@@ -221,6 +245,8 @@ def as_json(status: LocalStatus) -> dict[str, Any]:
         "segments": status.segments, "records": status.records, "done": status.done, "failed": status.failed,
         "completion_tokens": status.completion_tokens, "prompt_tokens": status.prompt_tokens,
         "prompts": status.total, "remaining": status.remaining,
+        "prompts_from": "run.json" if status.prompts_from_run_json else ("--prompts" if status.total is not None
+                                                                         else None),
         "first_created": status.first_created, "last_created": status.last_created,
         "rate_window_s": round(status.window_s, 1), "records_in_window": status.recent_records,
         "rate_per_s": round(status.rate, 4), "tokens_per_s": round(status.token_rate, 1), "eta_s": status.eta_s,
@@ -243,19 +269,22 @@ def render(status: LocalStatus) -> Table:
     total = "?" if status.total is None else f"{status.total:,}"
     percent = "" if not status.total else f" ({100.0 * status.done / status.total:.1f}%)"
     unit = " conversations" if status.conversations else ""
+    source = " (prompts from run.json)" if status.prompts_from_run_json else ""
     table.add_row("done", f"{status.done:,} / {total}{unit}{percent}: {status.records:,} record(s) in "
-                          f"{status.segments} segment(s)")
+                          f"{status.segments} segment(s){source}")
     if status.failed:
         table.add_row("failed", f"{status.failed:,} (sent again by the next run)")
     table.add_row("tokens", f"{status.completion_tokens:,} completion, {status.prompt_tokens:,} prompt")
     window = format_duration(status.window_s)
     what = "conversations" if status.conversations else "records"
-    table.add_row("rate", f"{status.rate * 3600:,.0f} {what}/h, {status.token_rate:,.0f} tok/s (last {window})")
+    ending = "" if status.rate_end == status.now else ", up to the last record: no run is live"
+    table.add_row("rate", f"{status.rate * 3600:,.0f} {what}/h, {status.token_rate:,.0f} tok/s (last {window}{ending})")
     if status.last_created is not None:
         table.add_row("last record", f"{format_duration(max(0.0, status.now - status.last_created))} ago")
     eta = status.eta_s
     if eta is None:
-        eta_text = "? (give --prompts)" if status.total is None else "? (no record in the last hour)"
+        eta_text = ("? (give --prompts: run.json's prompt files are not all here)" if status.total is None
+                    else "? (no record in the last hour)")
     else:
         eta_text = "done" if eta == 0 else format_duration(eta)
     table.add_row("ETA", eta_text)

@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_s3_endpoint_url(parser)
     parser.add_argument("--prompts", action="append", metavar="FILE|DIR",
                         help="the run's prompt file(s) (.jsonl, .jsonl.gz, .jsonl.zst, or a directory of them), "
-                             "to count the total, what remains and the ETA; repeat for several")
+                             "to count the total, what remains and the ETA; repeat for several (with --out, "
+                             "default: the files run.json records, when they are all there)")
     parser.add_argument("--stale-after", type=positive_float, default=3.0, metavar="N",
                         help="with --s3: a running shard whose manifest is older than N sync intervals (plus a "
                              "minute) is stale, exit 3 (default: %(default)s)")

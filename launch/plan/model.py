@@ -76,9 +76,6 @@ class ModelSpec:
             tp *= 2
         return sizes
 
-    def with_dtype(self, dtype: Dtype) -> ModelSpec:
-        return replace(self, dtype=dtype)
-
 
 QWEN36_27B = ModelSpec(
     key="qwen3.6-27b",

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install and start a single-node SLURM cluster for the tests: Debian's slurm-wlm and munge, slurmctld
-# and slurmd on 127.0.0.1, run as root, proctrack/linuxproc (no cgroups, no systemd needed).
+# and slurmd on 127.0.0.1, run as root, proctrack/linuxproc (no cgroups, no systemd needed). The daemons
+# bind 127.0.0.1 only (CommunicationParameters=NoCtldInAddrAny,NoInAddrAny), not every interface: they
+# stay running after the tests, and nothing outside this host should reach them.
 #
 # Usage: bash tests/setup/slurm.sh          (as root, on Debian or Ubuntu)
 #
@@ -64,6 +66,7 @@ want=$(cat <<EOF
 # Written by tests/setup/slurm.sh: a single-node test cluster on 127.0.0.1.
 ClusterName=regen-test
 SlurmctldHost=${node}(127.0.0.1)
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
