@@ -110,6 +110,7 @@ class StatsSnapshot:
     expected_tokens_per_prompt: float | None = None
     sync: SyncView | None = None
     accept_length: float | None = None  # the fleet's mean MTP accept length, where servers report it
+    loops_stopped: int = 0  # replies the loop stop ended (finish_reason repetition)
     waiting: int = 0  # requests sleeping before their next attempt (backoff or Retry-After)
     waiting_wake_s: tuple[float, float] | None = None  # (soonest, latest) wake, seconds from the snapshot
 
@@ -149,6 +150,7 @@ class RunStats:
     too_long: int = 0  # of `failed`: prompts over the context, not retried by later runs
     retries: int = 0
     truncated: int = 0
+    loops_stopped: int = 0
     completion_tokens: int = 0
     prompt_tokens: int = 0
     expected_tokens_per_prompt: float | None = None  # the estimate's mean, when the run was given one
@@ -173,6 +175,8 @@ class RunStats:
         self.prompt_tokens += prompt_tokens
         if finish_reason == "length":
             self.truncated += 1
+        elif finish_reason == "repetition":
+            self.loops_stopped += 1
         endpoint = self.endpoints[index]
         endpoint.done += 1
         endpoint.completion_tokens += completion_tokens
@@ -284,6 +288,7 @@ class RunStats:
             expected_tokens_per_prompt=self.expected_tokens_per_prompt,
             sync=sync,
             accept_length=sum(accepts) / len(accepts) if accepts else None,
+            loops_stopped=self.loops_stopped,
             waiting=len(self._waits),
             waiting_wake_s=(min(wakes) - now, max(wakes) - now) if wakes else None,
         )

@@ -85,10 +85,14 @@ def sync_refusal(out: Path, recorded: SyncTarget | None, s3: str | None) -> str 
 
 
 def shaping_settings(*, model: str, sampling: Mapping[str, Any], thinking: bool, turns: str,
-                     fields: Iterable[str]) -> dict[str, Any]:
-    """The settings compared between runs, in run.json's shape."""
-    return {"model": model, "sampling": dict(sampling), "thinking": thinking, "turns": turns,
-            "fields": sorted(fields)}
+                     fields: Iterable[str], loop_stop: bool = False) -> dict[str, Any]:
+    """The settings compared between runs, in run.json's shape. `loop_stop` is recorded only when on, so a
+    run.json written before the loop stop existed reads as a run without it."""
+    settings = {"model": model, "sampling": dict(sampling), "thinking": thinking, "turns": turns,
+                "fields": sorted(fields)}
+    if loop_stop:
+        settings["loop_stop"] = True
+    return settings
 
 
 def flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -205,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
                          help="start at most RATE requests a second, retries included, for a hosted endpoint "
                               "with an agreed rate (default: no limit)")
+    retries.add_argument("--loop-stop", choices=("on", "off"), default="on",
+                         help="on: end a reply whose tail repeats one block over and over (a thinking model's "
+                              "loop) after about 2,000 characters of it, instead of paying for it until "
+                              "max_tokens; the record keeps the reply so far with finish_reason repetition and "
+                              "is not retried (default: %(default)s)")
     retries.add_argument("--max-retry-after", type=positive_float, default=DEFAULT_MAX_RETRY_AFTER_S,
                          metavar="SECONDS",
                          help="honour a 429's Retry-After up to this long; a longer one is cut to it, so a bogus "
@@ -284,4 +289,4 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         redo_edited=args.redo_edited, shard=args.shard,
         shard_count=args.shard_count, segment_mb=args.segment_mb, segment_age=args.segment_age,
         max_attempts=args.max_attempts, max_requests_per_second=args.max_requests_per_second,
-        max_retry_after=args.max_retry_after, grace=args.grace)
+        max_retry_after=args.max_retry_after, grace=args.grace, loop_stop=args.loop_stop == "on")

@@ -72,6 +72,7 @@ class RunConfig:
     max_requests_per_second: float | None = None
     max_retry_after: float = 300.0
     grace: float = 30.0
+    loop_stop: bool = True
 
     @property
     def segment_age_s(self) -> float:

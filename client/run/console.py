@@ -82,12 +82,14 @@ def progress_line(snap: StatsSnapshot) -> str:
     sync = "" if snap.sync is None else f" sync:{sync_text(snap.sync)}"
     waiting = _waiting(snap)
     wait = "" if waiting is None else f" {waiting}"
+    loops = f" loops {snap.loops_stopped}" if snap.loops_stopped else ""
     up = sum(1 for e in snap.endpoints if e.state == "up")
     return (
         f"done {snap.done}/{total}{share} failed {snap.failed} in-flight {snap.in_flight}{wait} "
         f"tokens {_count(snap.streamed_tokens)} "
         f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}{servers}) "
-        f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{cache}{accept} "
+        f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{loops}"
+        f"{cache}{accept} "
         f"endpoints {up}/{len(snap.endpoints)} up{sync}"
     ) + "".join(f" | {e.url} {e.state}: {e.last_error}" for e in snap.endpoints if e.state != "up")
 
@@ -112,7 +114,8 @@ def _head(snap: StatsSnapshot) -> Table:
              style="bold cyan"),
         Text(f"in flight {snap.in_flight:,}" + ("" if _waiting(snap) is None else f"  {_waiting(snap)}"),
              style="" if _waiting(snap) is None else "yellow"),
-        Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"),
+        Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"
+             + (f"  loops stopped {snap.loops_stopped}" if snap.loops_stopped else "")),
         Text("" if snap.cache_hit is None else f"cache hit {_share(snap.cache_hit)}"),
         Text("" if snap.accept_length is None else f"MTP accept length {snap.accept_length:.2f}"),
         Text("" if snap.sync is None else f"sync {sync_text(snap.sync)}"),

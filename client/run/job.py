@@ -100,7 +100,7 @@ class Run:
         async def check_shape(shape: RequestShape) -> None:
             await gate.check(shaping_settings(model=shape.model, sampling=shape.sampling,
                                               thinking=shape.settings.enable_thinking, turns=cfg.turns,
-                                              fields=shape.policy.extensions))
+                                              fields=shape.policy.extensions, loop_stop=cfg.loop_stop))
 
         fleet = await stack.enter_async_context(
             open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape))
@@ -136,7 +136,8 @@ class Run:
         settings = SwarmSettings(
             retry=RetryPolicy(max_attempts=cfg.max_attempts, max_retry_after_s=cfg.max_retry_after),
             grace_s=cfg.grace, rotate_check_s=min(5.0, max(0.2, cfg.segment_age_s / 5)), turns=cfg.turns,
-            rate=RequestRate(cfg.max_requests_per_second) if cfg.max_requests_per_second else None)
+            rate=RequestRate(cfg.max_requests_per_second) if cfg.max_requests_per_second else None,
+            stop_loops=cfg.loop_stop)
         swarm = Swarm(fleet, self.source, self.sink, self.stats, settings, ledger=ledger)
         if self.uploader is not None:
             self.uploader.failed_count = lambda: self.stats.failed

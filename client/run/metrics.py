@@ -37,6 +37,7 @@ def metric_families(snap: StatsSnapshot) -> Iterator[Metric]:
         ("requests_failed", "Requests written to the failures file.", snap.failed),
         ("requests_retried", "Attempts retried after a failure.", snap.retries),
         ("requests_truncated", "Results cut by max_tokens (finish_reason length).", snap.truncated),
+        ("loops_stopped", "Replies the loop stop ended (finish_reason repetition).", snap.loops_stopped),
         ("prompt_tokens", "Prompt tokens of finished requests.", snap.prompt_tokens),
         ("completion_tokens", "Completion tokens of finished requests (usage).", snap.completion_tokens),
         ("streamed_tokens", "Completion tokens counted as they stream, failed attempts included.",

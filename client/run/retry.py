@@ -30,7 +30,7 @@ from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
 from client.run.rate import RequestRate
-from client.wire.endpoint import Endpoint
+from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
 
 # Five minutes: longer than any rate-limit window an inference server or gateway announces in practice,
 # short enough that a bogus Retry-After cannot stall a prompt for hours.
@@ -76,7 +76,7 @@ def _retryable(error: BaseException) -> bool:
 
 class Generator:
     def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, shape: RequestShape, retry: RetryPolicy,
-                 stopping: asyncio.Event, rate: RequestRate | None = None) -> None:
+                 stopping: asyncio.Event, rate: RequestRate | None = None, stop_loops: bool = False) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
         self.shape = shape
@@ -84,6 +84,7 @@ class Generator:
         self.rate = rate
         self.retry = retry
         self.stopping = stopping
+        self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.core.repetition)
         self._backoff = wait_exponential_jitter(initial=retry.initial_backoff_s, max=retry.max_backoff_s,
                                                 jitter=retry.jitter_s)
 
@@ -154,10 +155,12 @@ class Generator:
             try:
                 # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
                 async with self.dispatcher.scope(endpoint):
-                    completion, ttft = await endpoint.stream_chat(body, max_tokens=self.shape.settings.max_tokens)
+                    completion, ttft = await endpoint.stream_chat(body, max_tokens=self.shape.settings.max_tokens,
+                                                                  stop_loops=self.stop_loops)
             finally:
                 self.dispatcher.release(endpoint)
-            if ids.required and not completion.completion_token_ids:
+            # A reply the loop stop ended never reached the chunk that carries SGLang's ids; it is kept without.
+            if ids.required and not completion.completion_token_ids and completion.finish_reason != LOOP_FINISH_REASON:
                 raise MissingTokenIds(f"{endpoint.url} answered without the token ids --token-ids on asked for "
                                       f"({', '.join(ids.fields)})")
         except AttemptError as exc:

@@ -56,6 +56,7 @@ class SwarmSettings:
     rotate_check_s: float = 5.0
     turns: Turns = "last"
     rate: RequestRate | None = None  # --max-requests-per-second
+    stop_loops: bool = False  # --loop-stop
 
 
 @dataclass
@@ -92,7 +93,8 @@ class Swarm:
         self._group: asyncio.TaskGroup | None = None
         self._producer: asyncio.Task[None] | None = None
         self.generator = Generator(dispatcher=self.dispatcher, stats=stats, shape=fleet.shape,
-                                   retry=self.settings.retry, stopping=self._stopping, rate=self.settings.rate)
+                                   retry=self.settings.retry, stopping=self._stopping, rate=self.settings.rate,
+                                   stop_loops=self.settings.stop_loops)
 
     @property
     def workers(self) -> int:

@@ -20,9 +20,11 @@ from client.core.errors import (
     AttemptError,
     ConfigError,
     RunawayStream,
+    StreamDropped,
     error_for_status,
 )
 from client.core.records import Completion
+from client.core.repetition import RepetitionDetector
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.errors_map import DOCUMENT, Step, mapped
 from client.wire.models import ModelCatalog, parse_models
@@ -31,6 +33,8 @@ from client.wire.transport import StreamingTransport
 from client.wire.urls import ServerURL
 
 CHAT_PATH = "/v1/chat/completions"
+# The finish_reason of a reply the client ended because its tail repeats (the loop stop).
+LOOP_FINISH_REASON = "repetition"
 # How far past max_tokens a stream may run before it is cut off as a RunawayStream: max(64, 10%) leaves
 # room for a count that is only a lower bound rising unevenly (one per chunk until usage corrects it), for
 # servers that count a stop token or an MTP step's extra drafts past the limit, and still ends a server
@@ -130,17 +134,19 @@ class Endpoint:
         """Served model ids."""
         return (await self.model_catalog()).ids
 
-    async def stream_chat(self, body: bytes, max_tokens: int | None = None) -> tuple[Completion, float | None]:
+    async def stream_chat(self, body: bytes, max_tokens: int | None = None, *,
+                          stop_loops: bool = False) -> tuple[Completion, float | None]:
         """POST one streaming chat completion; returns it whole with its time to first token.
 
         `max_tokens` is the one in `body` (None when it asks for none): a stream that runs past
         `token_limit(max_tokens)` tokens is cut off as a RunawayStream. Raises an AttemptError subclass for
         every failure, so the retry policy sees one error tree.
         """
-        return await self._stream_chat(body, max_tokens)
+        return await self._stream_chat(body, max_tokens, stop_loops)
 
-    async def _stream_chat(self, body: bytes, max_tokens: int | None) -> tuple[Completion, float | None]:
-        parser = StreamParser()
+    async def _stream_chat(self, body: bytes, max_tokens: int | None,
+                           stop_loops: bool) -> tuple[Completion, float | None]:
+        parser = StreamParser(RepetitionDetector() if stop_loops else None)
         # Without max_tokens the server's own context length bounds the reply; only the idle timeout applies.
         limit = token_limit(max_tokens) if max_tokens is not None else sys.maxsize
         counters = self.wire
@@ -157,6 +163,9 @@ class Endpoint:
                 # No new token (comments, keep-alive events, role, finish and usage chunks): not progress
                 # for the idle timer, so a server that sends only `: ping` cannot hold the stream for ever.
                 return False
+            if parser.loop is not None:
+                # Closing the connection is how SGLang and vLLM learn to abort the request and free its slot.
+                raise StreamDropped(f"{self.url}: the reply repeats itself; stopped by the client (loop stop)")
             if parser.live_tokens > limit:
                 raise RunawayStream(f"{self.url} streamed {parser.live_tokens} completion tokens without finishing, "
                                     f"past max_tokens {max_tokens} (cut off at {limit}): the server ignores "
@@ -172,6 +181,8 @@ class Endpoint:
                 response = await self._http.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
                                                    expect_type="text/event-stream")
             except AttemptError:
+                if parser.loop is not None:
+                    return parser.stopped(LOOP_FINISH_REASON), _first(first_output)
                 if not parser.whole:
                     raise
                 completion = parser.completion(ended_cleanly=False)

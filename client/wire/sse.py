@@ -32,6 +32,7 @@ import orjson
 
 from client.core.errors import StreamDropped, StreamErrorEvent
 from client.core.records import Completion, ToolCall, Usage
+from client.core.repetition import Repetition, RepetitionDetector
 from client.wire.errors_map import EVENT, Step, translate_attempt
 from client.wire.sglext import fill_cached_tokens, int_list, output_ids, spec_from
 
@@ -62,15 +63,21 @@ class StreamParser:
         "exact_count",
         "finish_reason",
         "live_tokens",
+        "loop",
         "model",
         "prompt_token_ids",
         "saw_output",
         "sglext",
         "usage",
+        "watch",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, watch: RepetitionDetector | None = None) -> None:
         self._buffer = b""
+        # The loop stop (client.core.repetition): fed the reply's text as it streams; `loop` is set once the
+        # tail repeats, and the endpoint then ends the stream.
+        self.watch = watch
+        self.loop: Repetition | None = None
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._tools: dict[int, _ToolCallParts] = {}
@@ -139,10 +146,14 @@ class StreamParser:
                 if text:
                     self._reasoning.append(text)
                     output = True
+                    if self.watch is not None:
+                        self.loop = self.watch.feed(text)
                 text = delta.get("content")
                 if text:
                     self._content.append(text)
                     output = True
+                    if self.watch is not None:
+                        self.loop = self.watch.feed(text)
                 calls = delta.get("tool_calls")
                 if calls:
                     self._merge_tool_calls(calls)
@@ -208,6 +219,14 @@ class StreamParser:
                 if function.get("arguments"):
                     parts.arguments.append(function["arguments"])
 
+    def stopped(self, finish_reason: str) -> Completion:
+        """The reply so far, ended by the client (the loop stop): `finish_reason` says why. Its usage is the
+        last running usage the server sent, else the live count."""
+        usage: Usage = dict(self.usage) if self.usage is not None else {}  # type: ignore[assignment]
+        usage["completion_tokens"] = max(self.live_tokens, int(usage.get("completion_tokens") or 0))
+        self.finish_reason = finish_reason
+        return self._completion(usage)
+
     @property
     def whole(self) -> bool:
         """True once finish_reason and usage have both arrived: a later dropped connection loses nothing."""
@@ -223,11 +242,13 @@ class StreamParser:
         if self.finish_reason is None or not (ended_cleanly or self.usage is not None):
             raise StreamDropped("stream ended before finish_reason" if self.finish_reason is None
                                 else "connection lost before usage arrived")
+        return self._completion(self.usage if self.usage is not None else {})
+
+    def _completion(self, usage: Usage) -> Completion:
         tool_calls = tuple(
             ToolCall(id=parts.id, name=parts.name, arguments="".join(parts.arguments))
             for _, parts in sorted(self._tools.items())
         )
-        usage: Usage = self.usage if self.usage is not None else {}
         spec = None
         if self.sglext is not None:
             fill_cached_tokens(usage, self.sglext)
