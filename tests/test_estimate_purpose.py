@@ -15,7 +15,9 @@ import orjson
 import pytest
 
 from client.core.repetition import TEXT_RULE, find_repetition
-from client.estimate.model import EXACT_BOOTSTRAP_LIMIT, bootstrap_columns, bootstrap_totals
+from client.estimate.measure import Measurements
+from client.estimate.model import EXACT_BOOTSTRAP_LIMIT, Interval, Throughput, bootstrap_columns, bootstrap_totals
+from client.estimate.purpose import purpose, purposes
 from client.estimate.waste import kept_in_window, loop_saving, loop_stop_point, past_window, record_text
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO
@@ -252,3 +254,28 @@ def test_calibration_with_loops_and_a_heavy_tail(tmp_path: Path, fleet_factory: 
     assert again == 0, stderr
     assert second["projection"]["purpose"][0]["past_window"] == whole["past_window"]
     assert second["projection"]["purpose"][0]["loop_tokens"] == whole["loop_tokens"]
+
+
+def test_purpose_of_a_target_with_an_unsampled_stratum_and_a_stopped_loop() -> None:
+    found = Measurements()
+    for i in range(4):
+        found.add(result(f"a-{i}", reasoning="Fine.", finish_reason="repetition" if i == 0 else "stop",
+                         usage={"prompt_tokens": 10, "completion_tokens": 100}), "a")
+    # One slot: no tail, so the wall time saved is the saved tokens over the throughput alone.
+    rate = Throughput(tokens_per_s=100.0, concurrency=1.0, peak_concurrency=1.0, window_s=10.0, span_s=10.0,
+                      typical_s=1.0, blocks=((1000.0, 10.0),))
+    got = purpose("whole set", {"a": 4, "b": 6}, found, rate, slots=1, gpus=3, window=50, rounds=50, seed=0)
+    assert got.prompts == 10  # 'b' was not sampled: it is projected with the pooled records
+    assert got.past_window == Interval(0.6, pytest.approx(0.6), pytest.approx(0.6))
+    assert got.prompts_over_window == 0
+    assert (got.looping_replies, got.stopped_replies) == (0.25, 0.25)  # stopped by a loop stop: it loops
+    assert got.loop_tokens.point == pytest.approx(0.25) and got.loop_tokens.low < got.loop_tokens.high
+    savings = {saving.option: saving for saving in got.savings}
+    assert savings["loop stop"].output_tokens.point == 0  # it was already stopped
+    window = savings["train window"]
+    assert window.output_tokens.point == pytest.approx(600) and window.tail_s == 0
+    assert window.wall_s.point == pytest.approx(6.0) and window.gpu_hours.point == pytest.approx(3 * 6.0 / 3600)
+    assert savings["both"].output_tokens.point == pytest.approx(600)
+    # A target with no prompt left has no figures; without a window only the loop stop is projected.
+    (alone,) = purposes([("whole set", {"a": 4}), ("remaining", {"a": 0})], found, rate, 1, 3, None, 10, 0)
+    assert alone.window is None and alone.past_window is None and [s.option for s in alone.savings] == ["loop stop"]
