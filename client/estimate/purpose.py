@@ -25,8 +25,10 @@ simulation, on the shortened lengths, paired draw by draw). GPU-hours saved = wa
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from client.estimate.measure import Measurements, StratumSample
 from client.estimate.model import Interval, Throughput, bootstrap_columns, bootstrap_rates, interval, tail_draws
@@ -56,22 +58,23 @@ class Purpose:
     savings: tuple[Saving, ...]
 
 
-# Per record of a stratum: completion, then the tokens each option saves, then the looping reply's tokens.
-Columns = list[list[float]]
+# Per record of a stratum: completion tokens, tokens the loop stop saves, the tokens of a reply that loops,
+# whether it loops, then with a window the tokens past it and the tokens both save. Arrays of doubles: a
+# partial run's stratum can hold a million records.
+Columns: TypeAlias = "list[array[float]]"
+COMPLETION, LOOP_STOP, LOOPING_TOKENS, LOOPING, PAST_WINDOW, BOTH = range(6)
 
 
 def _columns(sample: StratumSample, window: int | None) -> tuple[Columns, float, float]:
-    """(columns, prompts over the window, replies already stopped) of one stratum's records."""
+    """(columns, share of prompts over the window, share of replies already stopped) of a stratum."""
     lengths, prompts, loops, looping = sample.lengths, sample.prompt_lengths, sample.loop_saved, sample.looping
-    completion = [float(x) for x in lengths]
-    loop = [float(x) for x in loops]
-    loop_replies = [float(x) if flag else 0.0 for x, flag in zip(lengths, looping, strict=True)]
-    columns = [completion, loop, loop_replies, [float(flag) for flag in looping]]
+    columns = [array("d", lengths), array("d", loops),
+               array("d", (x if flag else 0 for x, flag in zip(lengths, looping, strict=True))), array("d", looping)]
     over = 0.0
     if window is not None:
-        columns.append([float(past_window(x, p, window)) for x, p in zip(lengths, prompts, strict=True)])
-        columns.append([float(x - min(x - saved, max(0, window - p)))
-                        for x, p, saved in zip(lengths, prompts, loops, strict=True)])
+        columns.append(array("d", (past_window(x, p, window) for x, p in zip(lengths, prompts, strict=True))))
+        columns.append(array("d", (x - min(x - saved, max(0, window - p))
+                                   for x, p, saved in zip(lengths, prompts, loops, strict=True))))
         over = sum(p >= window for p in prompts) / len(lengths)
     return columns, over, sample.stopped / len(lengths)
 
@@ -91,9 +94,10 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
 
 
-def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throughput, slots: int, gpus: int,
-            window: int | None, rounds: int, seed: int) -> Purpose:
-    """The purpose figures of one target (prompts per stratum); see the module docstring."""
+def _gather(counts: dict[str, int], found: Measurements,
+            window: int | None) -> tuple[list[tuple[int, Columns]], float, float]:
+    """(prompt count and columns per stratum, projected prompts over the window, projected stopped replies);
+    a stratum the sample missed takes the pooled records, as its lengths do in the projection."""
     pooled: StratumSample | None = None
     strata: list[tuple[int, Columns]] = []
     over = stopped = 0.0
@@ -108,22 +112,33 @@ def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throu
         strata.append((count, columns))
         over += count * over_share
         stopped += count * stopped_share
+    return strata, over, stopped
+
+
+def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throughput, slots: int, gpus: int,
+            window: int | None, rounds: int, seed: int) -> Purpose:
+    """The purpose figures of one target (prompts per stratum); see the module docstring."""
+    strata, over, stopped = _gather(counts, found, window)
     prompts = sum(count for count, _ in strata)
     width = 6 if window is not None else 4
     points = [sum(count * sum(columns[c]) / len(columns[c]) for count, columns in strata) for c in range(width)]
     replicates = bootstrap_columns(strata, rounds, seed) if strata else [[] for _ in range(width)]
-    base = points[0]
 
     def share_of(c: int) -> Interval:
-        return interval(_share(points[c], base), [_share(part, whole) for part, whole
-                                                   in zip(replicates[c], replicates[0], strict=True)])
+        return interval(_share(points[c], points[COMPLETION]),
+                        [_share(part, whole) for part, whole in zip(replicates[c], replicates[COMPLETION],
+                                                                     strict=True)])
 
-    lengths = [int(x) for _, columns in strata for x in columns[0]]
-    weights = [count / len(columns[0]) for count, columns in strata for _ in columns[0]]
+    # The tail simulation of the projection, on the same records and weights, once as measured and once
+    # shortened per option: the same seed draws the same records, so the two pair up draw by draw.
+    lengths = [int(x) for _, columns in strata for x in columns[COMPLETION]]
+    weights = [count / len(columns[COMPLETION]) for count, columns in strata for _ in columns[COMPLETION]]
     base_tails = tail_draws(lengths, weights, prompts, slots, rate.per_slot, seed, rate.kappa)
     rates = bootstrap_rates(rate.blocks, rounds, seed)
     hours = gpus / 3600
-    options = [("loop stop", 1)] if window is None else [("train window", 4), ("loop stop", 1), ("both", 5)]
+    options = [("loop stop", LOOP_STOP)]
+    if window is not None:
+        options = [("train window", PAST_WINDOW), *options, ("both", BOTH)]
     savings = []
     for option, c in options:
         saved = [x for _, columns in strata for x in columns[c]]
@@ -137,9 +152,9 @@ def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throu
                               interval(wall, walls), interval(wall * hours, [w * hours for w in walls])))
     return Purpose(
         label=label, prompts=prompts, window=window,
-        past_window=share_of(4) if window is not None else None,
+        past_window=share_of(PAST_WINDOW) if window is not None else None,
         prompts_over_window=over if window is not None else None,
-        looping_replies=_share(points[3], prompts), loop_tokens=share_of(2),
+        looping_replies=_share(points[LOOPING], prompts), loop_tokens=share_of(LOOPING_TOKENS),
         stopped_replies=_share(stopped, prompts), savings=tuple(savings),
     )
 
