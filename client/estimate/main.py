@@ -3,7 +3,8 @@
 This module owns the command line, the two ways in (a calibration sample sent to the fleet, or the
 results of an existing partial run with --from-results) and the report (rich tables, or --json). The
 sample is drawn by `estimate_sample`, sent by `estimate_calibrate`, measured by `estimate_measure`
-and projected by `estimate_project` / `estimate_model` (whose docstring describes the method).
+and projected by `estimate_project` / `estimate_model` (whose docstring describes the method); the
+purpose figures (the trainer's window, loops) are `estimate_purpose`'s.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from client.estimate.model import sustained_throughput
 from client.estimate.project import Projection, Settings, default_caps, default_gpus, project
 from client.estimate.report import render
 from client.estimate.sample import Census, allocate, census, draw, write_records
+from client.estimate.waste import loop_stop_assumption
 from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
@@ -50,15 +52,18 @@ EXIT_OK, EXIT_NO_PROJECTION, EXIT_CONFIG, EXIT_SINK, EXIT_INTERRUPTED = 0, 1, 2,
 
 DESCRIPTION = """\
 Estimate the output tokens, wall time and GPU-hours of regenerating a prompt set, with 90% intervals,
-plus what-if tables for other max_tokens caps and GPU counts. Either sends a random sample, stratified
-across prompt sources (meta.source, else the file), to the fleet and measures its sustained throughput,
-or (--from-results) projects from the results of a partial run without sending anything.
+plus what-if tables for other max_tokens caps and GPU counts, and what the training would not use: the
+output tokens past --train-window and in replies that loop, and the GPU-hours stopping them would save.
+Either sends a random sample, stratified across prompt sources (meta.source, else the file), to the fleet
+and measures its sustained throughput, or (--from-results) projects from the results of a partial run
+without sending anything.
 """
 
 EPILOG = """\
 examples:
   python -m client.estimate --endpoints @endpoints.txt --prompts data.jsonl --sample 2% --gpus 8
   python -m client.estimate --from-results runs/full --prompts data.jsonl --gpus 8 --json
+  python -m client.estimate --from-results runs/full --prompts data.jsonl --gpus 8 --train-window 4096
 
 method: see docs/estimate.md. Throughput is measured only while the fleet was saturated, so the sample
 must be several times the fleet's decode slots (the default sample is 5x the slots, at least 500).
@@ -145,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--what-if-gpus", type=_int_list, metavar="G,G,...",
                       help="GPU counts for the what-if table (default: half, same, 2x, 4x)")
     plan.add_argument("--rounds", type=positive_int, default=1000, help="bootstrap rounds (default: %(default)s)")
+    plan.add_argument("--train-window", type=positive_int, metavar="N",
+                      help="the trainer's window in tokens, prompt included (4096 for the DFlash recipe: "
+                           "SpecForge's max_length): report the output tokens past it and what client.run "
+                           "--train-window N would save (default: not reported)")
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON")
     return parser
 
@@ -239,8 +248,10 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
     longest = max((max(s.lengths) for s in found.strata.values() if s.lengths), default=0)
     plan = Settings(gpus=gpus, gpus_assumed=args.gpus is None, max_tokens=max_tokens,
                     what_if_max_tokens=args.what_if_max_tokens or default_caps(max_tokens, longest),
-                    what_if_gpus=args.what_if_gpus or default_gpus(gpus), rounds=args.rounds, seed=args.seed)
+                    what_if_gpus=args.what_if_gpus or default_gpus(gpus), rounds=args.rounds, seed=args.seed,
+                    train_window=args.train_window)
     info["plan"] = asdict(plan)
+    info["loop_stop"] = loop_stop_assumption()
     return EXIT_OK, info, project(targets, found, rate, plan)
 
 

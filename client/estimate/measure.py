@@ -4,7 +4,8 @@ Lengths are `usage.completion_tokens`, split into reasoning, content and tool-ca
 does. A decode span runs from the first token to the end of a request; it is rebuilt from the record's
 `created` (written when the completion was whole) and its timings: first token = created - total_s +
 queued_s + ttft_s. A retried request's timings mix its attempts, so its span is instead its tokens at
-the median pace of the others, ending at `created`.
+the median pace of the others, ending at `created`. Per record it also keeps the prompt tokens and what a
+loop stop would save (client.estimate.waste), for the purpose figures.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.estimate.waste import REPETITION, loop_saving, record_text
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import token_parts, usage_int
 
@@ -28,6 +30,11 @@ class StratumSample:
     tools: float = 0.0
     prompt: float = 0.0
     truncated: int = 0
+    # Per record, beside `lengths`, for the purpose figures (client.estimate.purpose):
+    prompt_lengths: array[int] = field(default_factory=lambda: array("i"))
+    loop_saved: array[int] = field(default_factory=lambda: array("i"))  # tokens a loop stop would save
+    looping: array[int] = field(default_factory=lambda: array("b"))  # 1 when the reply loops
+    stopped: int = 0  # replies a loop stop ended (finish_reason "repetition")
 
 
 @dataclass
@@ -59,8 +66,15 @@ class Measurements:
         sample.reasoning += reasoning
         sample.content += content
         sample.tools += tools
-        sample.prompt += usage_int(usage, "prompt_tokens") or 0
-        sample.truncated += record.get("finish_reason") == "length"
+        prompt = usage_int(usage, "prompt_tokens") or 0
+        sample.prompt += prompt
+        finish = record.get("finish_reason")
+        sample.truncated += finish == "length"
+        sample.prompt_lengths.append(prompt)
+        loops, saved = loop_saving(record_text(record), length, finish)
+        sample.looping.append(loops)
+        sample.loop_saved.append(saved)
+        sample.stopped += finish == REPETITION
         self.endpoints.add(str(record.get("endpoint")))
         self.models[str(record.get("model"))] += 1
         sampling = record.get("sampling")

@@ -247,3 +247,45 @@ def bootstrap_rates(blocks: Sequence[tuple[float, float]], rounds: int, seed: in
         seconds = sum(s for _, s in picked)
         replicates.append(sum(t for t, _ in picked) / seconds if seconds > 0 else 0.0)
     return replicates
+
+
+def bootstrap_columns(strata: Sequence[tuple[int, Sequence[Sequence[float]]]], rounds: int,
+                      seed: int) -> list[list[float]]:
+    """Replicates of sum(count * mean) over strata for several per-record columns at once: per round, the
+    columns of one stratum are resampled at the same records, so a ratio or a difference of two columns pairs
+    up. Returns one list of `rounds` replicates per column.
+
+    As in `bootstrap_totals`, a stratum with more than EXACT_BOOTSTRAP_LIMIT records uses the normal
+    approximation of each column's mean, with one shared draw per round: columns of one stratum move
+    together, which at that size matters little (the spread of its mean is small).
+    """
+    rng = random.Random(seed)
+    widths = {len(columns) for _, columns in strata}
+    width = widths.pop() if len(widths) == 1 else 0
+    if widths or (strata and width == 0):
+        raise ValueError("every stratum needs the same number of columns, at least one")
+    moments = []
+    for count, columns in strata:
+        n = len(columns[0])
+        if any(len(column) != n for column in columns):
+            raise ValueError("the columns of a stratum must have one value per record")
+        means = [sum(column) / n if n else 0.0 for column in columns]
+        spreads = [statistics.pstdev(column) / math.sqrt(n) if n > 1 else 0.0 for column in columns]
+        moments.append((count, columns, n, means, spreads))
+    replicates: list[list[float]] = [[] for _ in range(width)]
+    for _ in range(rounds):
+        totals = [0.0] * width
+        for count, columns, n, means, spreads in moments:
+            if n == 0:
+                continue
+            if n > EXACT_BOOTSTRAP_LIMIT:
+                z = rng.gauss(0.0, 1.0)
+                for c in range(width):
+                    totals[c] += count * max(0.0, means[c] + z * spreads[c])
+            else:
+                picked = [math.floor(rng.random() * n) for _ in range(n)]
+                for c, column in enumerate(columns):
+                    totals[c] += count * sum(column[i] for i in picked) / n
+        for c in range(width):
+            replicates[c].append(totals[c])
+    return replicates

@@ -2,7 +2,8 @@
 
 Every stratum of the target set is projected with its own sampled lengths (a stratum the sample
 missed borrows the pooled lengths, with a warning), weighted by its true prompt count. GPU counts
-scale the measured throughput and slot count linearly, which is what data-parallel replicas do.
+scale the measured throughput and slot count linearly, which is what data-parallel replicas do. The
+purpose figures (the trainer's window, loops, and what stopping them saves) are `client.estimate.purpose`'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from client.estimate.model import (
     tail_draws,
     tail_seconds,
 )
+from client.estimate.purpose import Purpose, purposes
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,7 @@ class Settings:
     what_if_gpus: tuple[int, ...]
     rounds: int = 1000
     seed: int = 0
+    train_window: int | None = None  # the trainer's window, prompt included (None: not reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ class Projection:
     caps: tuple[CapRow, ...]
     gpu_rows: tuple[GpuRow, ...]
     warnings: tuple[str, ...]
+    purpose: tuple[Purpose, ...] = ()  # per target: the trainer's window, loops, and what stopping them saves
 
 
 # (stratum, prompts in the target, the lengths that stand for it, its measured sums if it was sampled)
@@ -195,4 +199,7 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
         warnings.append(f"the fleet was saturated for only {rate.window_s:.2f}s, about "
                         f"{rate.window_s / rate.typical_s:.1f} request lifetimes: the throughput, and so the wall "
                         "time, is rough. Send a larger --sample (at least 5x the fleet's decode slots)")
-    return Projection(rate, slots, tuple(t for t, _ in made), tuple(caps), tuple(gpu_rows), tuple(warnings))
+    found_purpose = purposes(targets, found, rate, slots, settings.gpus, settings.train_window, settings.rounds,
+                             settings.seed)
+    return Projection(rate, slots, tuple(t for t, _ in made), tuple(caps), tuple(gpu_rows), tuple(warnings),
+                      found_purpose)

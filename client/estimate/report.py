@@ -1,5 +1,5 @@
 """The estimate as a person reads it: rich tables of the sample, the throughput, the projection and
-the what-ifs. Reads plain data only (the `info` dict and the frozen Projection)."""
+the what-ifs, and what the trainer would not use. Reads plain data only (the `info` dict and the frozen Projection)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 from client.core.durations import format_duration
 from client.estimate.model import Interval
 from client.estimate.project import Projection
+from client.estimate.purpose import Purpose
 
 
 def tokens(value: float) -> str:
@@ -109,5 +110,50 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     for gpu_row in projection.gpu_rows:
         fleet.add_row(str(gpu_row.gpus), duration(gpu_row.wall_s), _hours(gpu_row.gpu_hours))
     console.print(fleet)
+    _purpose(projection, console)
     for warning in projection.warnings:
         console.print(f"[yellow]note:[/yellow] {warning}")
+
+
+def _share(value: Interval) -> str:
+    return _span(value, lambda x: f"{x:.1%}")
+
+
+def _option(name: str, window: int | None) -> str:
+    return f"--train-window {window:,}" if name == "train window" else name
+
+
+def _purpose_lines(found: Purpose, console: Console) -> None:
+    where = f" ({found.label})" if found.label != "whole set" else ""  # the whole set is the default target
+    if found.window is not None and found.past_window is not None:
+        over = found.prompts_over_window or 0.0
+        alone = (f"; {over:,.0f} prompt(s) ({over / found.prompts:.1%}) fill it alone and would not be sent"
+                 if over else "")
+        console.print(f"training window {found.window:,} tokens, prompt included{where}: {_share(found.past_window)} "
+                      f"of the output tokens are past it{alone}")
+    if not found.looping_replies:
+        console.print(f"loops{where}: no reply of the sample loops")
+        return
+    stopped = f", {found.stopped_replies:.1%} already stopped by a loop stop" if found.stopped_replies else ""
+    console.print(f"loops{where}: {found.looping_replies:.1%} of the replies loop{stopped}; they hold "
+                  f"{_share(found.loop_tokens)} of the output tokens")
+
+
+def _purpose(projection: Projection, console: Console) -> None:
+    if not projection.purpose:
+        return
+    _purpose_lines(projection.purpose[0], console)  # the shares; the savings table has every target
+    table = Table(title="What stopping them would save (90% intervals)", title_justify="left")
+    for column in ("target", "option", "output tokens saved", "share", "wall time saved", "GPU-hours saved"):
+        table.add_column(column, justify="left" if column in ("target", "option") else "right")
+    for found in projection.purpose:
+        for saving in found.savings:
+            if saving.option != "train window" and not found.looping_replies:
+                continue  # nothing loops: the loop stop saves nothing, and both is the window alone
+            table.add_row(found.label, _option(saving.option, found.window), _span(saving.output_tokens, tokens),
+                          _share(saving.share), _span(saving.wall_s, duration), _span(saving.gpu_hours, _hours))
+    if table.row_count:
+        console.print(table)
+    if projection.purpose[0].window is None:
+        console.print("pass --train-window N (4096 for the DFlash recipe) for the tokens past the trainer's window "
+                      "and what client.run --train-window would save")

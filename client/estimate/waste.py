@@ -1,0 +1,53 @@
+"""Per result record: its completion tokens past the trainer's window, and those a loop stop would have
+saved. Pure arithmetic; `client.estimate.purpose` describes the method and projects it onto the set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from client.core.repetition import TEXT_RULE, RepetitionRule, find_repetition
+
+REPETITION = "repetition"  # the finish_reason of a reply a loop stop ended
+DFLASH_WINDOW = 4096  # SpecForge's max_length in the DFlash recipe
+
+
+def kept_in_window(completion: int, prompt: int, window: int) -> int:
+    """Completion tokens a run with `--train-window window` would still generate."""
+    return min(completion, max(0, window - prompt))
+
+
+def past_window(completion: int, prompt: int, window: int) -> int:
+    """Completion tokens past the trainer's window: min(L, max(0, P + L - N))."""
+    return completion - kept_in_window(completion, prompt, window)
+
+
+def loop_stop_point(text_length: int, block: int, span: int, rule: RepetitionRule = TEXT_RULE) -> float:
+    """The character at which a stream's detector would stop a loop of `block` x ... covering the last
+    `span` characters: the loop's start, plus the repeats the rule needs, plus half a check interval."""
+    start = text_length - span
+    return min(float(text_length), start + max(rule.min_repeats * block, rule.min_span) + rule.check_every / 2)
+
+
+def loop_saving(text: str, completion: int, finish_reason: object,
+                rule: RepetitionRule = TEXT_RULE) -> tuple[bool, int]:
+    """(does the reply loop, completion tokens a loop stop would have saved)."""
+    found = find_repetition(text[-rule.window:], rule)
+    if found is not None:  # the rule reads the tail; the whole text only to measure how far back it goes
+        found = find_repetition(text, rule)
+    if finish_reason == REPETITION:
+        return True, 0
+    if found is None or not text:
+        return False, 0
+    saved_chars = len(text) - loop_stop_point(len(text), found.block, found.span, rule)
+    return True, round(completion * saved_chars / len(text))
+
+
+def record_text(record: dict[str, Any]) -> str:
+    reasoning, content = record.get("reasoning"), record.get("content")
+    return (reasoning if isinstance(reasoning, str) else "") + (content if isinstance(content, str) else "")
+
+
+def loop_stop_assumption(rule: RepetitionRule = TEXT_RULE) -> dict[str, Any]:
+    """The rule and delay the loop-stop figures assume, for the JSON and the docs."""
+    return {"max_block_chars": rule.max_block, "min_repeats": rule.min_repeats, "min_span_chars": rule.min_span,
+            "check_every_chars": rule.check_every, "mean_delay_chars": rule.check_every / 2}
