@@ -114,7 +114,8 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
         found.append(Finding("fail", "the results come from more than one model ("
                                      + ", ".join(f"{m}: {c:,}" for m, c in scan.models.most_common())
                                      + "); a run must come from one model"))
-    truncated = _share(scan.finish.get("length", 0), n)
+    # A reply cut at its training window's room is what the trainer keeps anyway: not damage.
+    truncated = _share(scan.finish.get("length", 0) - scan.window_cuts, n)
     if truncated > limits.warn_truncated_share:
         found.append(Finding("warn", f"{truncated:.0%} of completions hit max_tokens (finish_reason length); "
                                      "consider a larger cap"))
@@ -191,6 +192,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
                    "with_diverged_field": scan.diverged_field},
         "ids": asdict(ids) if ids is not None else None,
         "finish_reasons": dict(scan.finish.most_common()),
+        "cut_by_train_window": scan.window_cuts,
         "completion_tokens": {
             "total": sum(ordered), "mean": round(sum(ordered) / n, 1) if n else 0.0,
             "median": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9), "p99": percentile(ordered, 0.99),
@@ -227,6 +229,9 @@ def render(data: dict[str, Any], console: Console) -> None:
                                       f"duplicated {ids['duplicated']:,}, unknown {ids['unknown']:,}")
     table.add_row("finish_reason", ", ".join(f"{k} {v:,} ({_share(v, n):.1%})" for k, v in
                                              data["finish_reasons"].items()))
+    if data["cut_by_train_window"]:
+        table.add_row("train window", f"{data['cut_by_train_window']:,} of the length replies ended at their "
+                                      "--train-window room (what the trainer keeps; not damage)")
     table.add_row("completion tokens", f"median {tokens['median']:,}, p90 {tokens['p90']:,}, p99 {tokens['p99']:,}, "
                                        f"max {tokens['max']:,}, mean {tokens['mean']:,}")
     table.add_row("token parts", f"reasoning {tokens['reasoning']:,}, content {tokens['content']:,}, "

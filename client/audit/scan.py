@@ -45,6 +45,15 @@ class EndpointMix:
     truncated: int = 0
 
 
+def _cut_by_window(record: dict[str, Any]) -> bool:
+    """A reply that ended at its --train-window room, below the run's --max-tokens: the window's cut."""
+    window, sampling = record.get("train_window"), record.get("sampling")
+    if not isinstance(window, dict) or not isinstance(sampling, dict):
+        return False
+    room, cap = window.get("max_tokens"), sampling.get("max_tokens")
+    return isinstance(room, int) and isinstance(cap, int) and room < cap
+
+
 @dataclass
 class Scan:
     """Mutable counters of one pass over the results."""
@@ -68,6 +77,7 @@ class Scan:
     tool_calls: int = 0
     bad_calls: Counter[str] = field(default_factory=Counter)
     bad_call_examples: list[str] = field(default_factory=list)
+    window_cuts: int = 0  # `length` records whose max_tokens was the training window's room (not damage)
     truncated_calls: int = 0  # the last call of a `length` record, cut off by max_tokens: not invalid
     truncated_call_examples: list[str] = field(default_factory=list)
     stub_examples: list[str] = field(default_factory=list)
@@ -111,6 +121,8 @@ class Scan:
         finish = record.get("finish_reason")
         finish_name = finish if isinstance(finish, str) else "none"
         self.finish[finish_name] += 1
+        if finish_name == "length" and _cut_by_window(record):
+            self.window_cuts += 1
         reasoning = record.get("reasoning") or ""
         content = record.get("content") or ""
         calls = record.get("tool_calls") or []

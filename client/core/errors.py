@@ -25,6 +25,7 @@
         └── PermanentError
             ├── RequestRejected    HTTP 4xx other than 429: sending it again cannot help
             │   └── TooLong        the prompt and max_tokens overflow the context (kind `too_long`)
+            │       └── FillsWindow  the prompt alone fills --train-window (kind `fills_window`)
             ├── NotEventStream     a 200 whose Content-Type is not text/event-stream (e.g. a login page)
             ├── NotJSON            a control-plane 200 (/v1/models, /v1/loads) whose body is not JSON
             └── UnsupportedEncoding  a body in a Content-Encoding other than identity, gzip or deflate
@@ -175,6 +176,19 @@ class TooLong(RequestRejected):
     @property
     def kind(self) -> str:
         return "too_long"
+
+
+class FillsWindow(TooLong):
+    """The prompt alone holds --train-window tokens or more: the trainer would keep none of the reply, so it
+    is not sent, and (like too_long) not sent again by later runs unless --retry-too-long. Found by the
+    client (no HTTP status)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 0)
+
+    @property
+    def kind(self) -> str:
+        return "fills_window"
 
 
 class NotEventStream(PermanentError):

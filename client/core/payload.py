@@ -118,6 +118,9 @@ class RequestShape:
     settings: SamplingSettings
     policy: FieldPolicy
     ids: tuple[IdRequest, ...] = ()
+    # Where each endpoint counts a prompt's tokens as it renders it (SGLang `/v1/tokenize`, vLLM `/tokenize`;
+    # None where it cannot), for --train-window.
+    count_paths: tuple[str | None, ...] = ()
     sampling: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -126,8 +129,22 @@ class RequestShape:
     def ids_for(self, endpoint: int) -> IdRequest:
         return self.ids[endpoint] if endpoint < len(self.ids) else _NO_IDS
 
-    def payload(self, prompt: Prompt, messages: list[dict[str, Any]], endpoint: int) -> dict[str, Any]:
-        """The request for `prompt` to the endpoint with index `endpoint`."""
+    def count_path(self, endpoint: int) -> str | None:
+        return self.count_paths[endpoint] if endpoint < len(self.count_paths) else None
+
+    def count_request(self, prompt: Prompt, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The tokenize request that renders `messages` as the chat request would (tools, thinking)."""
+        request: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        if prompt.tools:
+            request["tools"] = prompt.tools
+        if "enable_thinking" in self.sampling:
+            request["chat_template_kwargs"] = self.payload(prompt, messages, 0)["chat_template_kwargs"]
+        return request
+
+    def payload(self, prompt: Prompt, messages: list[dict[str, Any]], endpoint: int,
+                max_tokens: int | None = None) -> dict[str, Any]:
+        """The request for `prompt` to the endpoint with index `endpoint`; `max_tokens` below the run's
+        (the training window's room) replaces it in this request only."""
         sampling = self.sampling
         payload: dict[str, Any] = {
             "model": self.model,
@@ -137,6 +154,8 @@ class RequestShape:
                                if self.policy.allows("continuous_usage_stats") else {"include_usage": True}),
         }
         payload.update((key, sampling[key]) for key in _TOP_LEVEL if key in sampling)
+        if max_tokens is not None:
+            payload["max_tokens"] = max_tokens
         if "enable_thinking" in sampling:
             # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
             kwargs = {"enable_thinking": sampling["enable_thinking"]}

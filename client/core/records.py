@@ -69,6 +69,7 @@ class ResultRecord(TypedDict):
     diverged: NotRequired[str]
     meta: NotRequired[dict[str, Any]]
     prompt_sha256: NotRequired[str]
+    train_window: NotRequired[dict[str, int]]  # --train-window: size, the prompt's count, the max_tokens sent
 
 
 def prompt_sha256(messages: Any, tools: Any, meta: Any) -> str:

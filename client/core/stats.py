@@ -111,6 +111,7 @@ class StatsSnapshot:
     sync: SyncView | None = None
     accept_length: float | None = None  # the fleet's mean MTP accept length, where servers report it
     loops_stopped: int = 0  # replies the loop stop ended (finish_reason repetition)
+    fills_window: int = 0  # of too_long: prompts that alone fill --train-window
     waiting: int = 0  # requests sleeping before their next attempt (backoff or Retry-After)
     waiting_wake_s: tuple[float, float] | None = None  # (soonest, latest) wake, seconds from the snapshot
 
@@ -148,6 +149,7 @@ class RunStats:
     done: int = 0
     failed: int = 0
     too_long: int = 0  # of `failed`: prompts over the context, not retried by later runs
+    fills_window: int = 0  # of `too_long`: prompts that alone fill --train-window
     retries: int = 0
     truncated: int = 0
     loops_stopped: int = 0
@@ -270,6 +272,7 @@ class RunStats:
             done=self.done,
             failed=self.failed,
             too_long=self.too_long,
+            fills_window=self.fills_window,
             retries=self.retries,
             truncated=self.truncated,
             in_flight=in_flight,

@@ -15,6 +15,16 @@ class ServerKind(enum.StrEnum):
     def gives_token_ids(self) -> bool:
         return self is not ServerKind.OTHER
 
+    @property
+    def count_path(self) -> str | None:
+        """Where this kind counts a chat prompt's tokens as it renders it (for --train-window)."""
+        return _COUNT_PATHS.get(self)
+
+
+# SGLang 0.5.23 and vLLM answer these with {"tokens", "count", "max_model_len"} for {"model", "messages",
+# "tools", "chat_template_kwargs", "add_generation_prompt"}.
+_COUNT_PATHS = {ServerKind.SGLANG: "/v1/tokenize", ServerKind.VLLM: "/tokenize"}
+
 
 def kind_named(name: str | None) -> ServerKind | None:
     """The kind a `--compat` value or a policy name names, if it names one."""

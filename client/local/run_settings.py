@@ -85,13 +85,15 @@ def sync_refusal(out: Path, recorded: SyncTarget | None, s3: str | None) -> str 
 
 
 def shaping_settings(*, model: str, sampling: Mapping[str, Any], thinking: bool, turns: str,
-                     fields: Iterable[str], loop_stop: bool = False) -> dict[str, Any]:
-    """The settings compared between runs, in run.json's shape. `loop_stop` is recorded only when on, so a
-    run.json written before the loop stop existed reads as a run without it."""
+                     fields: Iterable[str], loop_stop: bool = False, train_window: int | None = None) -> dict[str, Any]:
+    """The settings compared between runs, in run.json's shape. `loop_stop` and `train_window` are recorded
+    only when on, so a run.json written before they existed reads as a run without them."""
     settings = {"model": model, "sampling": dict(sampling), "thinking": thinking, "turns": turns,
                 "fields": sorted(fields)}
     if loop_stop:
         settings["loop_stop"] = True
+    if train_window is not None:
+        settings["train_window"] = train_window
     return settings
 
 

@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
                          help="start at most RATE requests a second, retries included, for a hosted endpoint "
                               "with an agreed rate (default: no limit)")
+    sampling.add_argument("--train-window", type=positive_int, metavar="N",
+                          help="the trainer's window in tokens, prompt included (SpecForge's max_length; 4096 in "
+                               "the DFlash recipe for Qwen3.6-27B): each request's max_tokens becomes N minus "
+                               "that prompt's exact token count (counted by the server, SGLang /v1/tokenize or "
+                               "vLLM /tokenize, with its tools and thinking), never above --max-tokens; a prompt "
+                               "that alone fills N is not sent (fills_window). Default: no window")
     retries.add_argument("--loop-stop", choices=("on", "off"), default="on",
                          help="on: end a reply whose tail repeats one block over and over (a thinking model's "
                               "loop) after about 2,000 characters of it, instead of paying for it until "
@@ -289,4 +295,5 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         redo_edited=args.redo_edited, shard=args.shard,
         shard_count=args.shard_count, segment_mb=args.segment_mb, segment_age=args.segment_age,
         max_attempts=args.max_attempts, max_requests_per_second=args.max_requests_per_second,
-        max_retry_after=args.max_retry_after, grace=args.grace, loop_stop=args.loop_stop == "on")
+        max_retry_after=args.max_retry_after, grace=args.grace, loop_stop=args.loop_stop == "on",
+        train_window=args.train_window)

@@ -73,6 +73,7 @@ class RunConfig:
     max_retry_after: float = 300.0
     grace: float = 30.0
     loop_stop: bool = True
+    train_window: int | None = None
 
     @property
     def segment_age_s(self) -> float:

@@ -100,10 +100,12 @@ class Run:
         async def check_shape(shape: RequestShape) -> None:
             await gate.check(shaping_settings(model=shape.model, sampling=shape.sampling,
                                               thinking=shape.settings.enable_thinking, turns=cfg.turns,
-                                              fields=shape.policy.extensions, loop_stop=cfg.loop_stop))
+                                              fields=shape.policy.extensions, loop_stop=cfg.loop_stop,
+                                              train_window=cfg.train_window))
 
         fleet = await stack.enter_async_context(
-            open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape))
+            open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape,
+                       train_window=cfg.train_window))
         self.stats.track(len(fleet.endpoints))
         self.fleet = fleet
         await gate.record(paths)
@@ -137,7 +139,7 @@ class Run:
             retry=RetryPolicy(max_attempts=cfg.max_attempts, max_retry_after_s=cfg.max_retry_after),
             grace_s=cfg.grace, rotate_check_s=min(5.0, max(0.2, cfg.segment_age_s / 5)), turns=cfg.turns,
             rate=RequestRate(cfg.max_requests_per_second) if cfg.max_requests_per_second else None,
-            stop_loops=cfg.loop_stop)
+            stop_loops=cfg.loop_stop, train_window=cfg.train_window)
         swarm = Swarm(fleet, self.source, self.sink, self.stats, settings, ledger=ledger)
         if self.uploader is not None:
             self.uploader.failed_count = lambda: self.stats.failed

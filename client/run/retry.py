@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from client.core.errors import AttemptError, MissingTokenIds, RateLimited
+from client.core.errors import AttemptError, FillsWindow, MissingTokenIds, RateLimited
 from client.core.payload import RequestShape
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
@@ -47,6 +47,15 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowCut:
+    """--train-window: the prompt's exact count (the server's own) and the max_tokens the request got."""
+
+    size: int
+    prompt_tokens: int
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class Generation:
     completion: Completion
     endpoint: Endpoint
@@ -54,6 +63,7 @@ class Generation:
     queued_s: float
     ttft_s: float | None
     total_s: float
+    window: WindowCut | None = None
 
 
 class GenerationFailed(Exception):
@@ -76,7 +86,8 @@ def _retryable(error: BaseException) -> bool:
 
 class Generator:
     def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, shape: RequestShape, retry: RetryPolicy,
-                 stopping: asyncio.Event, rate: RequestRate | None = None, stop_loops: bool = False) -> None:
+                 stopping: asyncio.Event, rate: RequestRate | None = None, stop_loops: bool = False,
+                 train_window: int | None = None) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
         self.shape = shape
@@ -85,6 +96,7 @@ class Generator:
         self.retry = retry
         self.stopping = stopping
         self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.core.repetition)
+        self.train_window = train_window  # --train-window: max_tokens = the window minus the prompt's count
         self._backoff = wait_exponential_jitter(initial=retry.initial_backoff_s, max=retry.max_backoff_s,
                                                 jitter=retry.jitter_s)
 
@@ -118,6 +130,7 @@ class Generator:
         queued_s = 0.0
         started = time.monotonic()
         last: Endpoint | None = None
+        window: list[WindowCut] = []  # counted once per prompt, on the first endpoint that answers
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retry.max_attempts),
             wait=self._wait,
@@ -141,21 +154,38 @@ class Generator:
                         raise Abandoned from None
                     queued_s += time.monotonic() - waited_from
                     last = endpoint
-                    completion, ttft = await self._attempt(endpoint, prompt, messages)
+                    completion, ttft = await self._attempt(endpoint, prompt, messages, window)
         except AttemptError as exc:
             raise GenerationFailed(exc, attempts, last) from exc
         assert last is not None
-        return Generation(completion, last, attempts, queued_s, ttft, time.monotonic() - started)
+        return Generation(completion, last, attempts, queued_s, ttft, time.monotonic() - started,
+                          window[0] if window else None)
 
-    async def _attempt(self, endpoint: Endpoint, prompt: Prompt,
-                       messages: list[dict[str, Any]]) -> tuple[Completion, float | None]:
-        body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index))
+    async def _window(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
+                      size: int) -> WindowCut:
+        path = self.shape.count_path(endpoint.index)
+        if path is None:  # refused at start (client.run.startup_fields); a guard, not a path
+            raise RuntimeError(f"{endpoint.url} cannot count prompt tokens")
+        counted = await endpoint.count_prompt(path, orjson.dumps(self.shape.count_request(prompt, messages)))
+        room = size - counted
+        if room < 1:
+            raise FillsWindow(f"the prompt alone is {counted} tokens on {endpoint.url}, the training window "
+                              f"--train-window {size}: the trainer would keep none of the reply, so it is not sent")
+        return WindowCut(size, counted, min(room, self.shape.settings.max_tokens))
+
+    async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
+                       window: list[WindowCut]) -> tuple[Completion, float | None]:
         ids = self.shape.ids_for(endpoint.index)
         try:
             try:
+                if self.train_window is not None and not window:
+                    window.append(await self._window(endpoint, prompt, messages, self.train_window))
+                max_tokens = window[0].max_tokens if window else self.shape.settings.max_tokens
+                body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index,
+                                                       max_tokens if window else None))
                 # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
                 async with self.dispatcher.scope(endpoint):
-                    completion, ttft = await endpoint.stream_chat(body, max_tokens=self.shape.settings.max_tokens,
+                    completion, ttft = await endpoint.stream_chat(body, max_tokens=max_tokens,
                                                                   stop_loops=self.stop_loops)
             finally:
                 self.dispatcher.release(endpoint)

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from client.core.errors import AttemptError, ConfigError
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
 from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
@@ -23,6 +24,29 @@ from client.wire.endpoint import Endpoint
 # How far into the prompt set to look for a tool schema, so the preflight carries `tools` when the run will.
 _TOOL_LOOKAHEAD_LINES = 500
 PREFLIGHT_MESSAGE = "Reply with the single word OK."
+
+
+def _check_counting(endpoints: Sequence[Endpoint], shape: RequestShape, window: int) -> None:
+    cannot = [e.url for e in endpoints if shape.count_path(e.index) is None]
+    if cannot:
+        raise ConfigError(f"--train-window {window} needs every server to count a prompt's tokens as it renders "
+                          f"it (SGLang /v1/tokenize, vLLM /tokenize); {', '.join(cannot)} is neither SGLang nor "
+                          "vLLM (or was not ready at start in a mixed fleet). Leave those endpoints out, pass "
+                          "--compat sglang|vllm if they are one, or run without --train-window.")
+
+
+async def _count_once(answering: Sequence[Endpoint], shape: RequestShape, probe: Prompt) -> None:
+    """One tokenize request per answering endpoint, so a server that refuses it stops the run at start."""
+    body = orjson.dumps(shape.count_request(probe, probe.messages))
+    for endpoint in answering:
+        path = shape.count_path(endpoint.index)
+        assert path is not None
+        try:
+            await endpoint.count_prompt(path, body)
+        except AttemptError as exc:
+            raise ConfigError(f"--train-window: {endpoint.url}{path} did not count the preflight prompt's tokens "
+                              f"({exc}); nothing was sent. Run without --train-window, or use a server that "
+                              "answers it (SGLang 0.5.23, vLLM).") from exc
 
 
 def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
@@ -45,7 +69,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
                         model: str, compat: str,
                         prompt_paths: Sequence[Path],
                         before_preflight: Callable[[RequestShape], Awaitable[None]] | None = None,
-                        token_ids: str = "auto", note: Callable[[str], None] = say) -> RequestShape:
+                        token_ids: str = "auto", note: Callable[[str], None] = say,
+                        train_window: int | None = None) -> RequestShape:
     """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight; the settled RequestShape.
     Raises ConfigError (exit 2) on a refusal, before any prompt is sent. `before_preflight` sees the shape
     before any request is sent (the run's settings check)."""
@@ -55,7 +80,10 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
     effective = {e.url: effective_kind(kinds.get(e.url), compat, policy) for e in endpoints}
     policy = ids_policy(policy, token_ids, {url: effective[url] for url in kinds})
     shape = RequestShape(model, settings, policy,
-                         tuple(id_request(e.url, effective[e.url], token_ids, policy) for e in endpoints))
+                         tuple(id_request(e.url, effective[e.url], token_ids, policy) for e in endpoints),
+                         tuple(effective[e.url].count_path for e in endpoints))
+    if train_window is not None:
+        _check_counting(endpoints, shape, train_window)
     check_settings_fit(settings, policy)
     census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
     extensions = ", ".join(sorted(policy.extensions)) or "none"
@@ -71,6 +99,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
         return shape.payload(probe, probe.messages, endpoint.index)
 
     results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
+    if train_window is not None:
+        await _count_once(answering, shape, probe)
     passed = sum(result.ok for result in results)
     note(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
     return shape

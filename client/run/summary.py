@@ -37,8 +37,12 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
     if counts.invalid or counts.duplicates:
         say(f"{counts.invalid + counts.duplicates} record(s) were skipped as invalid; each was reported above "
             "(first few) with file:line. Fix them and run again, or pass --strict to stop on the first.")
-    if snap.too_long:
-        say(f"{snap.too_long} prompt(s) are longer than the server's context (too_long, in {failures_path}): "
+    if snap.fills_window:
+        say(f"{snap.fills_window} prompt(s) alone fill the training window (fills_window, in {failures_path}): "
+            "not sent, and left out by later runs unless --retry-too-long")
+    if snap.too_long > snap.fills_window:
+        say(f"{snap.too_long - snap.fills_window} prompt(s) are longer than the server's context (too_long, in "
+            f"{failures_path}): "
             "they are not retried by the next run; shorten them, raise the context, or lower --max-tokens, "
             "then pass --retry-too-long")
     if snap.failed > snap.too_long:

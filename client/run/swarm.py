@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from client.core.errors import InputError, RegenError, SinkError, TooLong
+from client.core.errors import FillsWindow, InputError, RegenError, SinkError, TooLong
 from client.core.payload import request_messages
 from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
@@ -57,6 +57,7 @@ class SwarmSettings:
     turns: Turns = "last"
     rate: RequestRate | None = None  # --max-requests-per-second
     stop_loops: bool = False  # --loop-stop
+    train_window: int | None = None  # --train-window
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Swarm:
         self._producer: asyncio.Task[None] | None = None
         self.generator = Generator(dispatcher=self.dispatcher, stats=stats, shape=fleet.shape,
                                    retry=self.settings.retry, stopping=self._stopping, rate=self.settings.rate,
-                                   stop_loops=self.settings.stop_loops)
+                                   stop_loops=self.settings.stop_loops, train_window=self.settings.train_window)
 
     @property
     def workers(self) -> int:
@@ -265,3 +266,5 @@ class Swarm:
         self.stats.failed += 1
         if isinstance(failed.error, TooLong):
             self.stats.too_long += 1
+        if isinstance(failed.error, FillsWindow):
+            self.stats.fills_window += 1

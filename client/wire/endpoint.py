@@ -19,6 +19,7 @@ import orjson
 from client.core.errors import (
     AttemptError,
     ConfigError,
+    ProtocolError,
     RunawayStream,
     StreamDropped,
     error_for_status,
@@ -133,6 +134,27 @@ class Endpoint:
     async def models(self) -> list[str]:
         """Served model ids."""
         return (await self.model_catalog()).ids
+
+    async def count_prompt(self, path: str, body: bytes, limit_s: float = 60.0) -> int:
+        """POST a tokenize request (SGLang `/v1/tokenize`, vLLM `/tokenize`: the chat request's messages, tools
+        and chat_template_kwargs) and return its `count`: the prompt's exact token count as this server
+        renders it. AttemptError as for any request; NotJSON, or ProtocolError without a count."""
+        pieces: list[bytes] = []
+
+        def keep(data: bytes) -> bool:
+            pieces.append(data)
+            return True
+
+        response = await self._http.post(path, body, keep, idle_timeout=limit_s)
+        if response.status != 200:
+            raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+        raw = b"".join(pieces)
+        with mapped(Step(DOCUMENT, self.url + path, data=raw, content_type=response.headers.get("content-type"))):
+            document = orjson.loads(raw)
+        count = document.get("count") if isinstance(document, dict) else None
+        if type(count) is not int:
+            raise ProtocolError(f"{self.url}{path} answered without a token count: {raw[:200]!r}")
+        return count
 
     async def stream_chat(self, body: bytes, max_tokens: int | None = None, *,
                           stop_loops: bool = False) -> tuple[Completion, float | None]:
