@@ -7,7 +7,7 @@ Compared, request by request:
   finish chunk, `sglext` chunk (or the named `sglext_ids` event), usage chunk, `[DONE]`;
 - where usage and token ids sit, and the HTTP status, content type and error body of refusals;
 - exactly, what both derive from the same chat template and tokenizer: the prompt's token ids and count,
-  and so the context-length messages.
+  in chat answers and from the tokenize route, and so the context-length messages.
 The generated text is not compared: the simulator writes its own. Real SGLang serves the tiny scripted
 Qwen3 (tests/engines) with the settings of tests/engines/sglang_server.py (context 2048, `--reasoning-parser
 qwen3 --tool-call-parser qwen`); the simulator gets that model's tokenizer directory and the same settings,
@@ -510,3 +510,96 @@ def test_loads_have_the_same_shape(servers: Servers) -> None:
     real, sim = documents
     assert_same_shape(sim, real)
     assert list(sim["loads"][0]) == list(real["loads"][0])
+
+
+# -- tokenize --------------------------------------------------------------------------------------------
+
+def tokenize(url: str, body: dict[str, Any] | None = None, *, raw: bytes | None = None,
+             headers: dict[str, str] | None = None, path: str = "/v1/tokenize") -> Answer:
+    """POST to the tokenize route; `body` gets the model unless it names its own."""
+    content = raw if raw is not None else orjson.dumps({"model": MODEL, **(body or {})})
+    sent = {"content-type": "application/json"} if headers is None else headers
+    resp = httpx.post(f"{url}{path}", content=content, headers=sent, timeout=120)
+    kind = resp.headers.get("content-type", "")
+    try:
+        return Answer(resp.status_code, kind, orjson.loads(resp.content))
+    except orjson.JSONDecodeError:
+        return Answer(resp.status_code, kind, resp.text)
+
+
+TOKENIZE_CHATS: dict[str, dict[str, Any]] = {
+    **{name: {"messages": USER, **case} for name, case in PROMPTS.items()},
+    "thinking_on": {"messages": USER, "chat_template_kwargs": {"enable_thinking": True}},
+    "no_thinking": {"messages": USER, **NO_THINKING},
+    "long": {"messages": LONG},  # counted, not refused: tokenize does not check the context
+}
+
+
+@pytest.mark.parametrize("case", list(TOKENIZE_CHATS), ids=list(TOKENIZE_CHATS))
+def test_tokenize_counts_messages_as_the_real_server(servers: Servers, case: str) -> None:
+    """The same tokens, count and max_model_len, and the tokens are the chat request's prompt ids."""
+    body = TOKENIZE_CHATS[case]
+    real, sim = tokenize(servers.real, body), tokenize(servers.sim, body)
+    assert real.status == 200, real.body
+    assert_same_answer(real, sim)
+    assert sim.body == real.body
+    if case != "long":
+        chat = ask(servers.real, {**body, "max_tokens": 1, "return_prompt_token_ids": True})
+        assert real.body["tokens"] == chat.body["choices"][0]["prompt_token_ids"]
+        assert real.body["count"] == chat.body["usage"]["prompt_tokens"]
+
+
+TOKENIZE_AS_GIVEN: dict[str, dict[str, Any]] = {
+    "no_generation_prompt": {"messages": USER, "add_generation_prompt": False},
+    "generation_prompt": {"messages": USER, "add_generation_prompt": True},
+    "ends_with_assistant": {"messages": [*USER, {"role": "assistant", "content": "Let me check"}],
+                            "add_generation_prompt": False},
+    "text": {"prompt": "What is the weather in Paris?"},
+    "text_without_special_tokens": {"prompt": "What is the weather in Paris?", "add_special_tokens": False},
+    "texts": {"prompt": ["What is the weather?", "", "sunny, 21"]},
+    "other_model_name": {"model": "not-the-served-model", "prompt": "hi"},
+}
+
+
+@pytest.mark.parametrize("case", list(TOKENIZE_AS_GIVEN), ids=list(TOKENIZE_AS_GIVEN))
+def test_tokenize_as_given_and_text_as_the_real_server(servers: Servers, case: str) -> None:
+    body = TOKENIZE_AS_GIVEN[case]
+    real, sim = tokenize(servers.real, body), tokenize(servers.sim, body)
+    assert real.status == 200, real.body
+    assert_same_answer(real, sim)
+    assert sim.body == real.body
+
+
+def test_tokenize_answers_on_both_paths(servers: Servers) -> None:
+    for url in (servers.real, servers.sim):
+        assert tokenize(url, {"messages": USER}, path="/tokenize").body == tokenize(url, {"messages": USER}).body
+
+
+TOKENIZE_REFUSALS: dict[str, dict[str, Any]] = {
+    "neither_messages_nor_prompt": {"body": {}, "exact": False},
+    "both_messages_and_prompt": {"body": {"messages": USER, "prompt": "hi"}, "exact": False},
+    "prompt_not_text": {"body": {"prompt": 3}, "exact": False},
+    "bad_role": {"body": {"messages": [{"role": "robot", "content": "hi"}]}, "exact": False},
+    "empty_messages": {"body": {"messages": []}, "exact": True},
+    "required_without_tools": {"body": {"messages": USER, "tool_choice": "required"}, "exact": True},
+    "history_arguments_not_json": {"body": {"messages": REFUSALS["history_arguments_not_json"]["body"]["messages"]},
+                                   "exact": True},
+    "stream": {"body": {"messages": USER, "stream": True}, "exact": True},
+    "not_json": {"raw": b'{"model": ', "exact": False},
+    "not_an_object": {"raw": b"[1]", "exact": True},
+    "no_content_type": {"raw": orjson.dumps({"model": MODEL, "messages": USER}), "headers": {}, "exact": False},
+}
+
+
+@pytest.mark.parametrize("case", list(TOKENIZE_REFUSALS), ids=list(TOKENIZE_REFUSALS))
+def test_tokenize_refusals_have_the_same_status_and_body(servers: Servers, case: str) -> None:
+    spec = TOKENIZE_REFUSALS[case]
+    real = tokenize(servers.real, spec.get("body"), raw=spec.get("raw"), headers=spec.get("headers"))
+    sim = tokenize(servers.sim, spec.get("body"), raw=spec.get("raw"), headers=spec.get("headers"))
+    assert real.status >= 400, real.body
+    assert (sim.status, sim.content_type) == (real.status, real.content_type)
+    assert_same_shape(sim.body, real.body)
+    if isinstance(real.body, dict):
+        assert (sim.body["type"], sim.body["code"]) == (real.body["type"], real.body["code"])
+    if spec["exact"]:
+        assert sim.body == real.body

@@ -15,18 +15,17 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 from aiohttp import web
 
-from launch.sim import status, wire
+from launch.sim import status, tokenize, wire
 from launch.sim.config import STOP_TOKEN_ID, SimConfig
 from launch.sim.engine import Engine, EngineRequest
 from launch.sim.faults import Fault, FaultInjector, FaultKind
 from launch.sim.render import TemplateInputError
+from launch.sim.replies import error, json_response, model_not_found, refused
 from launch.sim.request import ChatRequest, Refusal, bad, check_lengths, parse
 from launch.sim.script import ReplyCursor, Script, build_script
 from launch.sim.tokens import CompletionIds, SimTokenizer, cached_tokens, spec_details
@@ -48,27 +47,6 @@ class SimState:
 
 
 STATE = web.AppKey("sim_state", SimState)
-
-
-def _json(obj: Any, status_code: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), status=status_code, content_type="application/json",
-                        headers=headers)
-
-
-def _error(code: int, message: str, err_type: str, param: str | None = None) -> web.Response:
-    return _json(wire.error_body(message, err_type, code, param), code)
-
-
-def _refused(refusal: Refusal) -> web.Response:
-    if refusal.text:  # FastAPI's own answer to an exception it did not expect
-        return web.Response(text=refusal.message, status=refusal.status, content_type="text/plain")
-    return _error(refusal.status, refusal.message, refusal.err_type)
-
-
-def _model_not_found(model: str) -> web.Response:
-    body = {"error": {"message": f"The model '{model}' does not exist", "type": "invalid_request_error",
-                      "param": "model", "code": "model_not_found"}}
-    return _json(body, 404)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,24 +162,24 @@ class _Prepared:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     st = request.app[STATE]
     if not st.ready:
-        return _error(503, "The server is still starting up.", "ServiceUnavailable")
+        return error(503, "The server is still starting up.", "ServiceUnavailable")
     try:
         req = parse(await request.read(), request.headers, st.config)
         if st.config.strict_model and req.model not in (st.config.model_name, "default"):
-            return _model_not_found(req.model)
+            return model_not_found(req.model)
         try:
             plan = _Prepared(st, req)
         except TemplateInputError as exc:
             raise bad(str(exc), "BadRequest") from exc
     except Refusal as refusal:
-        return _refused(refusal)
+        return refused(refusal)
 
     fault = st.faults.draw()
     if fault.kind is FaultKind.FAIL_500:
-        return _error(500, "Internal server error: simulated failure", "InternalServerError")
+        return error(500, "Internal server error: simulated failure", "InternalServerError")
     if fault.kind is FaultKind.FAIL_429:
         retry = str(st.config.faults.retry_after)
-        return _json(wire.error_body("Too many requests: simulated overload", "TooManyRequests", 429), 429,
+        return json_response(wire.error_body("Too many requests: simulated overload", "TooManyRequests", 429), 429,
                      headers={"Retry-After": retry})
 
     ereq = st.engine.submit(plan.target, plan.script.prompt_tokens)
@@ -306,7 +284,7 @@ class _Call:
                 self._abort_connection()
                 return web.Response(status=499)
             if self.fault.kind is FaultKind.ERROR_EVENT:
-                return _error(500, "Simulated engine failure.", "InternalServerError")
+                return error(500, "Simulated engine failure.", "InternalServerError")
             await asyncio.sleep(self.config.faults.stall_seconds)
         if self.target:
             await self.ereq.wait_finished()
@@ -322,7 +300,7 @@ class _Call:
         ext = plan.sglext()
         if ext:
             body["sglext"] = ext
-        return _json(body)
+        return json_response(body)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -330,13 +308,13 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    return _json(status.models(request.app[STATE].config))
+    return json_response(status.models(request.app[STATE].config))
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
     cfg = request.app[STATE].config
     name = request.match_info["model"]
-    return _json(status.model_card(cfg)) if name == cfg.model_name else _model_not_found(name)
+    return json_response(status.model_card(cfg)) if name == cfg.model_name else model_not_found(name)
 
 
 async def v1_loads(request: web.Request) -> web.Response:
@@ -344,12 +322,12 @@ async def v1_loads(request: web.Request) -> web.Response:
     try:
         dp_rank = int(raw) if raw is not None else None
     except ValueError:
-        return _error(400, f"invalid dp_rank: {raw}", "BadRequestError")
-    return _json(status.loads(request.app[STATE].engine, dp_rank))
+        return error(400, f"invalid dp_rank: {raw}", "BadRequestError")
+    return json_response(status.loads(request.app[STATE].engine, dp_rank))
 
 
 async def get_load(request: web.Request) -> web.Response:
-    return _json(status.legacy_load(request.app[STATE].engine))
+    return json_response(status.legacy_load(request.app[STATE].engine))
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -359,12 +337,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def server_info(request: web.Request) -> web.Response:
-    return _json(status.server_info(request.app[STATE].engine))
+    return json_response(status.server_info(request.app[STATE].engine))
 
 
 async def model_info(request: web.Request) -> web.Response:
     cfg = request.app[STATE].config
-    return _json({"model_path": cfg.model_name, "tokenizer_path": cfg.model_name, "is_generation": True})
+    return json_response({"model_path": cfg.model_name, "tokenizer_path": cfg.model_name, "is_generation": True})
 
 
 async def _start_engine(app: web.Application) -> None:
@@ -384,6 +362,8 @@ def build_app(config: SimConfig) -> web.Application:
     app.on_cleanup.append(_stop_engine)
     r = app.router
     r.add_post("/v1/chat/completions", chat_completions)
+    for path in tokenize.PATHS:
+        r.add_post(path, tokenize.handler(app[STATE]))
     r.add_get("/health", health)
     r.add_get("/health_generate", health)
     r.add_get("/v1/models", list_models)

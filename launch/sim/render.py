@@ -143,10 +143,11 @@ def message(raw: Mapping[str, Any], fmt: str) -> dict[str, Any]:
     return out
 
 
-def messages(raw: list[Any], fmt: str) -> list[dict[str, Any]]:
+def messages(raw: list[Any], fmt: str, *, last_assistant_as_user: bool = True) -> list[dict[str, Any]]:
     """The request's messages as the template sees them; raises TemplateInputError as SGLang answers 400."""
     out = [message(m, fmt) for m in raw if isinstance(m, Mapping)]
-    if out and out[-1].get("role") == "assistant" and isinstance(out[-1].get("content"), str):
+    if (last_assistant_as_user and out and out[-1].get("role") == "assistant"
+            and isinstance(out[-1].get("content"), str)):
         out[-1] = {"role": "user", "content": out[-1]["content"]}
     return out
 

@@ -42,7 +42,7 @@ def bad(message: str, err_type: str = "BadRequestError") -> Refusal:
     return Refusal(400, message, err_type)
 
 
-def _validation(loc: str, msg: str) -> Refusal:
+def validation_error(loc: str, msg: str) -> Refusal:
     """What FastAPI's RequestValidationError becomes in SGLang: one line per pydantic error."""
     return Refusal(400, f"1 validation error:\n  {{'loc': ('body', {loc}), 'msg': {msg!r}}}", "Bad Request")
 
@@ -60,7 +60,7 @@ def lax_int(value: Any, name: str) -> int | None:
             number = float("nan")
         if number.is_integer():
             return int(number)
-    raise _validation(repr(name), "Input should be a valid integer")
+    raise validation_error(repr(name), "Input should be a valid integer")
 
 
 def lax_bool(value: Any, name: str) -> bool:
@@ -71,7 +71,7 @@ def lax_bool(value: Any, name: str) -> bool:
     if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "y", "t", "false", "no",
                                                              "off", "0", "n", "f"):
         return value.strip().lower() in ("true", "yes", "on", "1", "y", "t")
-    raise _validation(repr(name), "Input should be a valid boolean")
+    raise validation_error(repr(name), "Input should be a valid boolean")
 
 
 @dataclass(frozen=True)
@@ -94,31 +94,31 @@ class ChatRequest:
         return bool(self.body.get(field))
 
 
-def _check_messages(messages: Any) -> None:
+def check_messages(messages: Any) -> None:
     if messages is None:
-        raise _validation("'messages'", "Field required")
+        raise validation_error("'messages'", "Field required")
     if not isinstance(messages, list):
-        raise _validation("'messages'", "Input should be a valid list")
+        raise validation_error("'messages'", "Input should be a valid list")
     for i, message in enumerate(messages):
         role = message.get("role") if isinstance(message, Mapping) else None
         if not isinstance(role, str) or role.lower() not in (*render.GENERIC_ROLES, "user"):
-            raise _validation(f"'messages', {i}, 'role'", "Input should be a valid message role")
+            raise validation_error(f"'messages', {i}, 'role'", "Input should be a valid message role")
         if role.lower() == "user" and not isinstance(message.get("content"), str | list):
-            raise _validation(f"'messages', {i}, 'content'", "Field required")
+            raise validation_error(f"'messages', {i}, 'content'", "Field required")
 
 
-def _check_tools(tools: Any) -> None:
+def check_tools(tools: Any) -> None:
     if tools is None:
         return
     if not isinstance(tools, list):
-        raise _validation("'tools'", "Input should be a valid list")
+        raise validation_error("'tools'", "Input should be a valid list")
     for i, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise _validation(f"'tools', {i}, 'function'", "Field required")
+            raise validation_error(f"'tools', {i}, 'function'", "Field required")
 
 
-def _check_tool_choice(tools: Any, choice: Any) -> None:
+def check_tool_choice(tools: Any, choice: Any) -> None:
     if isinstance(choice, str) and choice.lower() == "required" and not tools:
         raise bad("Tools cannot be empty if tool choice is set to required.")
     if choice is not None and not isinstance(choice, str):
@@ -137,18 +137,24 @@ def _thinking(body: Mapping[str, Any]) -> bool:
     return True
 
 
-def parse(raw: bytes, headers: Mapping[str, str], config: SimConfig) -> ChatRequest:
-    """Read one request (steps 1-3 of the module docstring); raises Refusal."""
+def read_body(raw: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+    """A JSON object sent as application/json, as FastAPI reads it before any request model; raises Refusal."""
     if headers.get("content-type", "").lower().split(";", 1)[0] != "application/json":
-        raise _validation("'header', 'content-type'", "Unsupported Media Type: Only 'application/json' is allowed")
+        raise validation_error("'header', 'content-type'", "Unsupported Media Type: Only 'application/json' is allowed")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise _validation("0", f"JSON decode error: {exc}") from exc
+        raise validation_error("0", f"JSON decode error: {exc}") from exc
     if not isinstance(body, dict):
         raise Refusal(500, "Internal Server Error", "", text=True)
-    _check_messages(body.get("messages"))
-    _check_tools(body.get("tools"))
+    return body
+
+
+def parse(raw: bytes, headers: Mapping[str, str], config: SimConfig) -> ChatRequest:
+    """Read one request (steps 1-3 of the module docstring); raises Refusal."""
+    body = read_body(raw, headers)
+    check_messages(body.get("messages"))
+    check_tools(body.get("tools"))
     # `max_completion_tokens or max_tokens`, as ChatCompletionRequest.to_sampling_params reads them.
     cap = lax_int(body.get("max_completion_tokens"), "max_completion_tokens") or lax_int(
         body.get("max_tokens"), "max_tokens")
@@ -156,7 +162,7 @@ def parse(raw: bytes, headers: Mapping[str, str], config: SimConfig) -> ChatRequ
     if not body["messages"]:
         raise bad("Messages cannot be empty.")
     tools = body.get("tools")
-    _check_tool_choice(tools, body.get("tool_choice"))
+    check_tool_choice(tools, body.get("tool_choice"))
     if cap and cap > config.context_length:
         raise bad(f"max_completion_tokens is too large: {cap}."
                   f"This model supports at most {config.context_length} completion tokens.")

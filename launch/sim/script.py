@@ -66,16 +66,27 @@ _VOCAB: tuple[str, ...] = (
 Phase = Literal["reasoning", "content", "tool_start", "tool_args"]
 
 
-def request_digest(messages: Any, tools: Any, thinking: bool, seed: int) -> tuple[bytes, int]:
-    """(32-byte digest of the request content keyed by the seed, prompt_tokens estimate)."""
+def prompt_content(messages: Any, tools: Any) -> tuple[bytes, bytes]:
+    """The request content that the digest and, without a tokenizer, the prompt count are made of."""
     m = orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)
     t = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS) if tools else b""
+    return m, t
+
+
+def estimated_prompt_tokens(content: tuple[bytes, bytes]) -> int:
+    """Without a tokenizer: a token per 4 bytes of the content's JSON, at least one."""
+    return max(1, (len(content[0]) + len(content[1])) // 4)
+
+
+def request_digest(messages: Any, tools: Any, thinking: bool, seed: int) -> tuple[bytes, int]:
+    """(32-byte digest of the request content keyed by the seed, prompt_tokens estimate)."""
+    content = m, t = prompt_content(messages, tools)
     h = hashlib.blake2b(digest_size=32, key=str(seed).encode()[:64])
     h.update(m)
     h.update(b"\x00tools\x00")
     h.update(t)
     h.update(b"\x00think=1" if thinking else b"\x00think=0")
-    return h.digest(), max(1, (len(m) + len(t)) // 4)
+    return h.digest(), estimated_prompt_tokens(content)
 
 
 @dataclass(frozen=True)

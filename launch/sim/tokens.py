@@ -95,6 +95,10 @@ class SimTokenizer:
             token = token.get("content") if isinstance(token, Mapping) else token
             if isinstance(token, str):
                 self.special[name] = token
+        # transformers' model_max_length; unset, it is a 1e30 sentinel, which SGLang's tokenize route replaces
+        # by the context length (as does a value orjson could not write).
+        limit = config.get("model_max_length")
+        self.model_max_length = limit if isinstance(limit, int) and -(2**63) <= limit < 2**64 else None
         self.eos = self.special.get("eos_token")
         self.eos_id = self.tokenizer.token_to_id(self.eos) if self.eos else None
         self.think_end_id = self.tokenizer.token_to_id(THINK_END)
@@ -105,8 +109,8 @@ class SimTokenizer:
         env.globals["raise_exception"] = _raise
         self.template = env.from_string(source)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def _render(self, messages: list[Any], tools: Any, generation: bool, kwargs: Mapping[str, Any]) -> str:
         return str(self.template.render(messages=messages, tools=tools, add_generation_prompt=generation,
@@ -126,14 +130,23 @@ class SimTokenizer:
 
     @staticmethod
     def _kwargs(body: Mapping[str, Any]) -> dict[str, Any]:
+        """The template's extra arguments: `reasoning_effort` when given, then `chat_template_kwargs`."""
+        effort = body.get("reasoning_effort")
         kwargs = body.get("chat_template_kwargs")
-        return dict(kwargs) if isinstance(kwargs, Mapping) else {}
+        return {**({"reasoning_effort": effort} if effort is not None else {}),
+                **(kwargs if isinstance(kwargs, Mapping) else {})}
 
-    def prompt_ids(self, body: Mapping[str, Any]) -> list[int]:
-        """The request's prompt ids; raises render.TemplateInputError where SGLang answers 400."""
-        history = render.messages(body.get("messages") or [], self.content_format)
+    def prompt_ids(self, body: Mapping[str, Any], generation: bool | None = None,
+                   add_special_tokens: bool = False) -> list[int]:
+        """The request's prompt ids; raises render.TemplateInputError where SGLang answers 400.
+
+        `generation` is the tokenize route's `add_generation_prompt`: None renders as for a chat completion;
+        given, the messages are rendered as they are (a trailing assistant turn stays one) with that flag."""
+        history = render.messages(body.get("messages") or [], self.content_format,
+                                  last_assistant_as_user=generation is None)
         tools = render.tools(body.get("tools"), body.get("tool_choice"))
-        return self.encode(self._render_prompt(history, tools, True, self._kwargs(body)))
+        text = self._render_prompt(history, tools, generation is not False, self._kwargs(body))
+        return self.encode(text, add_special_tokens)
 
     def completion_ids(self, body: Mapping[str, Any], thinking: bool, message: Mapping[str, Any],
                        finish: str) -> CompletionIds:
