@@ -128,6 +128,20 @@ def read_results(out: Path) -> list[dict[str, Any]]:
     return records
 
 
+def read_whole_results(out: Path) -> list[dict[str, Any]]:
+    """The result lines a crash left whole: a torn last line (no newline yet) is not a record; every
+    whole line must be valid JSON."""
+    records = []
+    for segment in sorted((out / "segments").glob("*.jsonl")):
+        data = segment.read_bytes()
+        for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), start=1):
+            try:
+                records.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:  # pragma: no cover - the assertion is the point
+                raise AssertionError(f"{segment}:{number} is a whole line but not JSON: {line[:120]!r}") from exc
+    return records
+
+
 def count_written(out: Path) -> int:
     """Result lines written so far in `out`'s segments (a line is written whole, then flushed)."""
     segments = out / "segments"
