@@ -1,5 +1,6 @@
 """Shared test fixtures: prompt files, simulated fleets (real subprocess servers on 127.0.0.1), the S3
-protocol server with its fake credentials, the engines' markers, and helpers that run the real
+protocol server with its fake credentials, the tests/servers programs (`servers`, `tls_files`), the
+engines' markers, and helpers that run the real
 `python -m client.run` CLI as a subprocess and wait for what it writes.
 
 Markers (declared in pyproject.toml): `vllm` and `sglang` on every test that needs that engine (a test
@@ -16,13 +17,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 import pytest
 
 from launch.sim.fleet import SimFleet, SimServerSpec
 from tests.s3_server import FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
+from tests.servers.harness import ServerGroup
+
+if TYPE_CHECKING:
+    from tests.servers.tlsfiles import TLSFiles
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "prompts" / "sample.jsonl"
@@ -97,6 +102,23 @@ def s3(tmp_path: Path, aws_env: None) -> Iterator[S3Server]:
     with running_s3(tmp_path / "s3") as server:
         server.create_bucket()
         yield server
+
+
+# -- the small test servers of tests/servers ---------------------------------------------------------
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[ServerGroup]:
+    """Start tests/servers programs (odd servers, proxies); everything started through it stops after the test."""
+    with ServerGroup(tmp_path) as group:
+        yield group
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1 and localhost, made once per session."""
+    from tests.servers.tlsfiles import write_tls_files  # trustme is imported only by the tests that use TLS
+
+    return write_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 # -- prompts, results, the CLI -------------------------------------------------------------------------

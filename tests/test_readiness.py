@@ -3,19 +3,12 @@ ready, whose reason shows in the plain progress lines while the rest of the flee
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import make_prompts, read_results, run_client
 from tests.servers.harness import ServerGroup
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as group:
-        yield group
 
 
 def test_no_health_route_is_ready_by_models(servers: ServerGroup, tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +20,12 @@ import pytest
 from tests.servers import chatwire
 from tests.servers.harness import REPO, RunningServer, ServerGroup, ServerStartError, start_oddserver
 from tests.servers.rawhttp import Raw, dechunk, exchange, parse_raw, request_bytes, sse_data
-from tests.servers.tlsfiles import TLSFiles, write_tls_files
+from tests.servers.tlsfiles import TLSFiles
 
 pytestmark = pytest.mark.timeout(20)
 
 CHAT = {"model": chatwire.MODEL, "messages": [{"role": "user", "content": "What is six times seven?"}],
         "stream": True, "stream_options": {"include_usage": True}}
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as group:
-        yield group
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
-    return write_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 def check_answer(datas: list[str], *, usage_chunk: bool = True) -> list[dict[str, Any]]:
