@@ -8,7 +8,7 @@ import asyncio
 import gzip
 import hashlib
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +24,17 @@ from client.s3.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, m
 from client.s3.resume import fetch_ids, start
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
 from client.s3.uploader import BodyReader, ManifestConflict, PendingSegment, SegmentUploader
-from tests.s3_server import BUCKET, S3Server, running_s3
+from tests.s3_server import BUCKET, S3Server
 
-pytestmark = [pytest.mark.s3, pytest.mark.usefixtures("aws_env")]
+# The pure tests need no S3 server (and carry no s3 marker), but none may see the host's AWS settings.
+pytestmark = pytest.mark.usefixtures("aws_env")
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """One server for the whole module (the conftest's `s3` starts one per test); tests use their own prefix."""
-    with running_s3(tmp_path_factory.mktemp("s3")) as server:
-        server.create_bucket()
-        yield server
-
-
 @pytest.fixture
-async def store(s3: S3Server, request: pytest.FixtureRequest) -> AsyncIterator[S3Store]:
-    async with S3Store(S3Url.parse(f"s3://{BUCKET}/{request.node.name}"), endpoint_url=s3.url) as opened:
+async def store(s3: S3Server, s3_prefix: str) -> AsyncIterator[S3Store]:
+    """A store on the shared server, under this test's own prefix."""
+    async with S3Store(S3Url.parse(f"s3://{BUCKET}/{s3_prefix}"), endpoint_url=s3.url) as opened:
         yield opened
 
 
@@ -190,7 +184,7 @@ async def test_multipart_upload_is_verified_and_listed(tmp_path: Path, s3: S3Ser
     assert entry.completion_tokens == 7 * 3000
     stored = Manifest.from_json(s3.get(BUCKET, store.url.key(manifest_key("h-0of1"))))
     assert stored.state == "finished" and list(stored.segments) == [segment.path.stem]
-    assert not s3.client().list_multipart_uploads(Bucket=BUCKET).get("Uploads")
+    assert not s3.client().list_multipart_uploads(Bucket=BUCKET, Prefix=store.url.prefix).get("Uploads")
 
 
 async def test_delete_uploaded_removes_local_files_only_after_the_manifest(tmp_path: Path, store: S3Store) -> None:
