@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gzip
 import http.client
@@ -211,12 +212,15 @@ def test_health404_and_health_slow(servers: ServerGroup) -> None:
     gone = servers.oddserver("health404")
     assert parse_raw(exchange(gone.port, request_bytes("GET", "/health"))).status == 404
     assert parse_raw(exchange(gone.port, request_bytes("GET", "/v1/models"))).status == 200
-    slow = servers.oddserver("health_slow", extra=("--health-delay", "0.5"))
-    started = time.monotonic()
-    assert parse_raw(exchange(slow.port, request_bytes("GET", "/v1/models"))).status == 200
-    assert time.monotonic() - started < 0.4
-    assert parse_raw(exchange(slow.port, request_bytes("GET", "/health"))).status == 200
-    assert time.monotonic() - started >= 0.5
+    slow = servers.oddserver("health_slow", extra=("--health-delay", "1.0"))
+    # /health is asked first and is still unanswered when /v1/models has answered: only /health waits.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        health = pool.submit(exchange, slow.port, request_bytes("GET", "/health"))
+        assert parse_raw(exchange(slow.port, request_bytes("GET", "/v1/models"))).status == 200
+        assert not health.done(), "/health answered before its delay"
+        assert parse_raw(health.result()).status == 200
+        assert time.monotonic() - started >= 1.0  # a lower bound: a slow machine cannot make it fail
 
 
 @pytest.mark.parametrize("mode", ["strict400", "strict422"])
