@@ -78,10 +78,11 @@ def scrape_until_the_end(proc: subprocess.Popen[Any], url: str, *, timeout: floa
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_live_tokens_count_tokens_not_chunks_and_show_before_any_request_finishes(fleet_factory: Any,
-                                                                                 tmp_path: Path) -> None:
-    # Every reply runs to max_tokens (mean far above it), 3 tokens per chunk (MTP), so counting chunks would
-    # be a third of the truth; 16 prompts on 16 slots, each streaming for several seconds.
+def test_live_figures_show_before_any_request_finishes_and_end_at_the_servers_count(fleet_factory: Any,
+                                                                                    tmp_path: Path) -> None:
+    # Every reply runs to max_tokens (mean far above it), 3 tokens per chunk (MTP); 16 prompts on 16 slots,
+    # each streaming for several seconds. That the live count is tokens, not chunks, as each chunk comes:
+    # tests/test_stream.py::test_live_tokens_count_tokens_as_the_chunks_come.
     spec = SimServerSpec(max_running=8, speed=1.0, extra_args=("--mean-tokens", "60000", "--tokens-per-chunk", "3"))
     fleet = fleet_factory([spec, spec])
     prompts = make_prompts(tmp_path / "p.jsonl", 16)
