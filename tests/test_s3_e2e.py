@@ -121,7 +121,7 @@ def test_resume_from_s3_alone_with_an_empty_dir(tmp_path: Path, fleet_factory: A
 def test_s3_outage_mid_run_then_everything_uploads(tmp_path: Path, fleet_factory: Any,
                                                    s3_private: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=3.0, extra_args=FAST)] * 2)
-    prompts = make_prompts(tmp_path / "p.jsonl", 300)
+    prompts = make_prompts(tmp_path / "p.jsonl", 200)
     out = tmp_path / "out"
     log = tmp_path / "client.out"
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out), *CLIENT_FAST,
@@ -138,7 +138,7 @@ def test_s3_outage_mid_run_then_everything_uploads(tmp_path: Path, fleet_factory
     assert proc.returncode == 0, stderr[-3000:]
     assert "retrying: cannot reach S3" in log.read_text()
     assert "every closed segment is uploaded and listed" in stderr
-    assert_once(read_s3_results(s3_private, BUCKET, s3_prefix), ids(300))
+    assert_once(read_s3_results(s3_private, BUCKET, s3_prefix), ids(200))
 
 
 @pytest.mark.slow
