@@ -101,7 +101,7 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     """Estimate from a sample, then run the whole set, both on the fleet at `urls`; the figures side by side.
 
     `cpu_used_elsewhere` is the share of the machine's CPU that other processes used meanwhile: the
-    comparison needs the machine to itself (see tests/test_estimate_vs_actual.py)."""
+    comparison needs the machine to itself (see docs/estimate.md)."""
     started, busy, ours = time.monotonic(), machine_busy_s(), own_cpu_s()
     data = write_prompts(work / "prompts.jsonl", prompts)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -1,28 +1,35 @@
 """Shared test fixtures: prompt files, simulated fleets (real subprocess servers on 127.0.0.1), the S3
-protocol server with its fake credentials, the engines' markers, and helpers that run the real
-`python -m client.run` CLI as a subprocess and wait for what it writes.
+protocol server with its fake credentials, the tests/servers programs (`servers`, `tls_files`), the
+engines' markers, and helpers that run the real `python -m client.run` CLI as a subprocess and wait for
+what it writes.
 
 Markers (declared in pyproject.toml): `vllm` and `sglang` on every test that needs that engine (a test
-using an engine's fixture without its marker is a collection error), `slow` on tests over ~5 s, `s3` on
-tests that start the S3 protocol server. `make test-fast` deselects vllm, sglang and slow.
+using an engine's fixture without its marker is a collection error), `slow` on tests over ~5 s; `s3` is
+added here to each test that uses the S3 protocol server (fixtures `s3`, `s3_private`), and to no other.
+`make test-fast` deselects vllm, sglang and slow.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 import pytest
 
 from launch.sim.fleet import SimFleet, SimServerSpec
 from tests.s3_server import FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
+from tests.servers.harness import ServerGroup
+
+if TYPE_CHECKING:
+    from tests.servers.tlsfiles import TLSFiles
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "prompts" / "sample.jsonl"
@@ -48,6 +55,8 @@ ENGINE_FIXTURES = {
     "sglang_server": {"sglang_venv_python", "sglang_model_dirs", "sglang_script", "sglang_pair", "sglang_scripted"},
     "slurm": {"slurm_cluster"},  # tests/test_slurm.py
 }
+# The fixtures that start or share the S3 protocol server: the tests using one get the `s3` marker.
+S3_FIXTURES = {"s3_session", "s3_private"}
 # An engine test may be the one that builds the tiny models (up to 300 s) and starts its servers (vLLM up to
 # 180 s, SGLang up to 300 s).
 VLLM_TIMEOUT_S = 600
@@ -72,6 +81,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, fixtures in ENGINE_FIXTURES.items():
             if used & fixtures and item.get_closest_marker(marker) is None:
                 unmarked.append(f"{item.nodeid} (uses {', '.join(sorted(used & fixtures))})")
+        if used & S3_FIXTURES:
+            item.add_marker(pytest.mark.s3)  # only the tests that use the server, not their module's pure tests
         engine_test = item.get_closest_marker("vllm") or item.get_closest_marker("sglang_server")
         if engine_test and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(VLLM_TIMEOUT_S))
@@ -91,12 +102,50 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(scope="session")
+def s3_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
+        server.create_bucket()
+        yield server
+
+
 @pytest.fixture
-def s3(tmp_path: Path, aws_env: None) -> Iterator[S3Server]:
-    """A fresh S3 protocol server with an empty bucket, for one test."""
+def s3(s3_session: S3Server, aws_env: None) -> S3Server:
+    """The session's S3 protocol server (bucket BUCKET), with the fake credentials. Tests share it, so a
+    test keeps to its own prefix (`s3_prefix`) and never stops, restarts or holds it (`s3_private` does)."""
+    return s3_session
+
+
+@pytest.fixture
+def s3_private(tmp_path: Path, aws_env: None) -> Iterator[S3Server]:
+    """A fresh S3 protocol server with an empty bucket, for one test that stops, restarts or holds it."""
     with running_s3(tmp_path / "s3") as server:
         server.create_bucket()
         yield server
+
+
+@pytest.fixture
+def s3_prefix(request: pytest.FixtureRequest) -> str:
+    """This test's own key prefix in the bucket (no trailing slash), made from its node id, so that no test
+    sees what another left behind on the shared server."""
+    return re.sub(r"[^a-z0-9._-]+", "-", request.node.nodeid.removeprefix("tests/").lower()).strip("-")
+
+
+# -- the small test servers of tests/servers ---------------------------------------------------------
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[ServerGroup]:
+    """Start tests/servers programs (odd servers, proxies); everything started through it stops after the test."""
+    with ServerGroup(tmp_path) as group:
+        yield group
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1 and localhost, made once per session."""
+    from tests.servers.tlsfiles import write_tls_files  # trustme is imported only by the tests that use TLS
+
+    return write_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 # -- prompts, results, the CLI -------------------------------------------------------------------------
@@ -125,6 +174,20 @@ def read_results(out: Path) -> list[dict[str, Any]]:
                 records.append(orjson.loads(line))
             except orjson.JSONDecodeError as exc:  # pragma: no cover - the assertion is the point
                 raise AssertionError(f"{segment}:{number} is not valid JSON: {line[:120]!r}") from exc
+    return records
+
+
+def read_whole_results(out: Path) -> list[dict[str, Any]]:
+    """The result lines a crash left whole: a torn last line (no newline yet) is not a record; every
+    whole line must be valid JSON."""
+    records = []
+    for segment in sorted((out / "segments").glob("*.jsonl")):
+        data = segment.read_bytes()
+        for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), start=1):
+            try:
+                records.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:  # pragma: no cover - the assertion is the point
+                raise AssertionError(f"{segment}:{number} is a whole line but not JSON: {line[:120]!r}") from exc
     return records
 
 

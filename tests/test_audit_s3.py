@@ -15,8 +15,6 @@ from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, run_client
 from tests.s3_server import BUCKET, S3Server
 
-pytestmark = pytest.mark.s3
-
 
 def tool(module: str, *args: str) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run([sys.executable, "-m", module, *args, "--json"], cwd=REPO, capture_output=True, text=True,
@@ -25,11 +23,12 @@ def tool(module: str, *args: str) -> tuple[int, dict[str, Any], str]:
 
 
 @pytest.mark.slow
-def test_audit_and_estimate_read_the_s3_prefix(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+def test_audit_and_estimate_read_the_s3_prefix(tmp_path: Path, fleet_factory: Any,
+                                               s3: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=16, speed=40.0,
                                          extra_args=("--mean-tokens", "200", "--tokens-per-chunk", "8"))] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 200)
-    prefix = f"s3://{BUCKET}/run"
+    prefix = f"s3://{BUCKET}/{s3_prefix}"
     run = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(tmp_path / "o"),
                       "--segment-mb", "0.05", "--s3", prefix, "--s3-endpoint-url", s3.url])
     assert run.code == 0, run.stderr[-2000:]

@@ -54,6 +54,9 @@ def test_awkward_ids_are_done_exactly_once_across_resumes(turns: str, tmp_path: 
     partial = read_results(out)
     assert 0 < len(partial) < len(AWKWARD) * (2 if turns == "all" else 1)
 
+    # The slow server made the kill land mid-run; the resumes run on a fast one (the ids are the point).
+    fast = fleet_factory([SimServerSpec(max_running=8, speed=20.0, extra_args=FAST)])
+    args[1] = fast.urls[0]
     for _ in range(2):
         result = run_client(args, timeout=240)
         assert result.code == 0, result.stderr[-3000:]

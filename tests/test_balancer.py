@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from client.fleet.balancer import EndpointLoad, estimated_load, pick_endpoint, target_depth
 from client.wire.loads import LoadFormatError, ServerLoad, parse_get_load, parse_metrics, parse_v1_loads
+
+LoadParser = Callable[[bytes], ServerLoad]
 
 
 def load(in_flight: int, capacity: int = 4, available: bool = True, server: int | None = None,
@@ -107,8 +111,7 @@ vllm:generation_tokens_total{engine="0",model_name="tiny"} 321.0
     (parse_v1_loads, SGLANG_MTP_LOADS, ServerLoad(3, 0, accept_length=3.0)),
 ], ids=["v1-loads-dp2", "v1-loads-minimal", "get-load", "sglang-metrics", "vllm-metrics", "vllm-kv-cache",
         "sglang-metrics-mtp", "v1-loads-mtp"])
-def test_load_parsers(parser: object, body: bytes, expected: ServerLoad) -> None:
-    assert callable(parser)
+def test_load_parsers(parser: LoadParser, body: bytes, expected: ServerLoad) -> None:
     assert parser(body) == expected
 
 
@@ -119,7 +122,6 @@ def test_load_parsers(parser: object, body: bytes, expected: ServerLoad) -> None
     (parse_get_load, b'[{"x": 1}]'),
     (parse_metrics, b"# nothing here\nother_metric 1\n"),
 ])
-def test_load_parsers_reject_bad_documents(parser: object, body: bytes) -> None:
-    assert callable(parser)
+def test_load_parsers_reject_bad_documents(parser: LoadParser, body: bytes) -> None:
     with pytest.raises(LoadFormatError):
         parser(body)

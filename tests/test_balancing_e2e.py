@@ -61,7 +61,7 @@ def test_four_times_the_capacity_gets_four_times_the_work(tmp_path: Path, fleet_
 @pytest.mark.slow
 def test_killed_server_rejoins_after_restart(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=8.0, extra_args=FAST)] * 2)
-    prompts = make_prompts(tmp_path / "p.jsonl", 300)
+    prompts = make_prompts(tmp_path / "p.jsonl", 240)
     out = tmp_path / "out"
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out),
             "--idle-timeout", "10"]
@@ -79,25 +79,25 @@ def test_killed_server_rejoins_after_restart(tmp_path: Path, fleet_factory: Any)
         proc.kill()
     assert proc.returncode == 0, stderr[-3000:]
     records = read_results(out)
-    assert_complete_once(records, {f"p{i:06d}" for i in range(300)})
+    assert_complete_once(records, {f"p{i:06d}" for i in range(240)})
     after = [r for r in records if r["endpoint"] == fleet.urls[1] and r["created"] > restarted_at + 1.0]
     assert len(after) > 20, "the restarted server must take work again"
 
 
 @pytest.mark.slow
 def test_late_server_joins_when_ready(tmp_path: Path, fleet_factory: Any) -> None:
-    delay = 5.0
+    delay = 3.0
     ready = fleet_factory([SimServerSpec(max_running=8, speed=3.0, extra_args=FAST)])
     late_started = time.time()
     late = fleet_factory([SimServerSpec(max_running=8, speed=3.0, startup_delay=delay, extra_args=FAST)],
                          wait_ready=False)
-    prompts = make_prompts(tmp_path / "p.jsonl", 200)
+    prompts = make_prompts(tmp_path / "p.jsonl", 120)
     out = tmp_path / "out"
     result = run_client(["--endpoints", f"{ready.urls[0]},{late.urls[0]}", "--prompts", str(prompts),
                          "--out", str(out)])
     assert result.code == 0, result.stderr[-3000:]
     records = read_results(out)
-    assert_complete_once(records, {f"p{i:06d}" for i in range(200)})
+    assert_complete_once(records, {f"p{i:06d}" for i in range(120)})
     from_late = [r for r in records if r["endpoint"] == late.urls[0]]
     assert len(from_late) > 10, "the late server must join once ready"
     assert min(r["created"] for r in from_late) >= late_started + delay, "nothing ends there before it is ready"

@@ -61,53 +61,59 @@ def stop(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=60)
 
 
+def scrape_until_the_end(proc: subprocess.Popen[Any], url: str, *, timeout: float = 150.0) -> list[Samples]:
+    """Scrape like Prometheus until the run ends (with --metrics-linger it serves the final figures to one
+    scrape, then closes the endpoint)."""
+    scrapes: list[Samples] = []
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            scrapes.append(scrape(url))
+        except OSError:
+            break  # the run ended and closed the endpoint after the final scrape
+        time.sleep(0.2)  # a scraper's interval, not a wait for an event
+    proc.wait(timeout=30)
+    return scrapes
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_live_rate_follows_the_servers_before_any_request_finishes(fleet_factory: Any, tmp_path: Path) -> None:
-    # Replies far longer than max_tokens: every request runs ~50 s, so none finishes inside the window;
-    # three tokens per chunk (MTP), so counting chunks would be a third of the truth.
+def test_live_figures_show_before_any_request_finishes_and_end_at_the_servers_count(fleet_factory: Any,
+                                                                                    tmp_path: Path) -> None:
+    # Every reply runs to max_tokens (mean far above it), 3 tokens per chunk (MTP); 16 prompts on 16 slots,
+    # each streaming for several seconds. That the live count is tokens, not chunks, as each chunk comes:
+    # tests/test_stream.py::test_live_tokens_count_tokens_as_the_chunks_come.
     spec = SimServerSpec(max_running=8, speed=1.0, extra_args=("--mean-tokens", "60000", "--tokens-per-chunk", "3"))
     fleet = fleet_factory([spec, spec])
     prompts = make_prompts(tmp_path / "p.jsonl", 16)
-    proc, _, url = start_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
-                                 "--out", str(tmp_path / "out"), "--max-tokens", "6000", "--metrics-port", "0"],
-                                tmp_path)
+    max_tokens = 900
+    proc, stderr, url = start_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
+                                      "--out", str(tmp_path / "out"), "--max-tokens", str(max_tokens),
+                                      "--metrics-port", "0", "--metrics-linger", "60"], tmp_path)
     try:
-        latest: dict[str, Samples] = {}
-
-        def streaming() -> bool:
-            latest["s"] = scrape(url)
-            return value(latest["s"], "regen_streamed_tokens_total") > 0
-
-        wait_until(streaming, "the first streamed tokens", proc=proc)
-        first_token = time.monotonic()
-        wait_until(lambda: value(scrape(url), "regen_tokens_per_second", window="15s") > 0,
-                   "a live tok/s above 0", timeout=5.0, proc=proc)
-        assert time.monotonic() - first_token <= 5.0
-
-        # The window: the client's streamed count and the servers' generated count, 20 s apart; the
-        # 15 s gauge at the end against the servers' last 15 s.
-        start = time.monotonic()
-        client_start, servers_start = value(scrape(url), "regen_streamed_tokens_total"), servers_generated(fleet.urls)
-        wait_until(lambda: time.monotonic() - start >= 5.0, "5 s into the window", proc=proc)
-        servers_at_5 = servers_generated(fleet.urls)
-        wait_until(lambda: time.monotonic() - start >= 20.0, "the end of the 20 s window", timeout=30.0, proc=proc)
-        end = scrape(url)
-        servers_end = servers_generated(fleet.urls)
-
-        assert value(end, "regen_requests_done_total") == 0, "a request finished inside the window"
-        client_tokens = value(end, "regen_streamed_tokens_total") - client_start
-        server_tokens = servers_end - servers_start
-        assert server_tokens > 1000
-        assert client_tokens == pytest.approx(server_tokens, rel=0.15)
-        servers_rate = (servers_end - servers_at_5) / 15.0
-        assert value(end, "regen_tokens_per_second", window="15s") == pytest.approx(servers_rate, rel=0.15)
-        # The servers' own figure, from the load poll, is shown beside ours.
-        assert value(end, "regen_server_tokens_per_second") == pytest.approx(servers_rate, rel=0.25)
-        # And the MTP accept length they report (3 tokens per verify step here).
-        assert value(end, "regen_server_accept_length") == pytest.approx(3.0)
+        scrapes = scrape_until_the_end(proc, url)
     finally:
         stop(proc)
+    assert proc.returncode == 0, stderr.read_text()[-2000:]
+    seen = [s for s in scrapes if ("regen_requests_done_total", ()) in s]
+    # A live figure while every request is still streaming: the rate needs no finished request.
+    early = [s for s in seen if value(s, "regen_requests_done_total") == 0
+             and value(s, "regen_streamed_tokens_total") > 0]
+    assert early, "no scrape caught the run streaming before its first request finished"
+    assert any(value(s, "regen_tokens_per_second", window="15s") > 0 for s in early)
+    # The servers' own figures, from the load poll, are shown beside ours; and the MTP accept length they
+    # report (3 tokens per verify step here).
+    # (a gauge is left out until it is known)
+    assert any(s.get(("regen_server_tokens_per_second", ()), 0.0) > 0 for s in seen)
+    assert any(s.get(("regen_server_accept_length", ()), 0.0) == 3.0 for s in seen)
+    # Once the servers are idle, the streamed count is exactly what they generated and what the results say.
+    final = seen[-1]
+    made = 16 * max_tokens
+    assert sum(r["usage"]["completion_tokens"] for r in read_results(tmp_path / "out")) == made
+    assert value(final, "regen_streamed_tokens_total") == made
+    assert value(final, "regen_completion_tokens_total") == made
+    # The servers also made one token each for the start-up check (client/fleet/preflight.py: max_tokens 1).
+    assert servers_generated(fleet.urls) == made + len(fleet.urls)
 
 
 _SUMMARY = re.compile(r"run ended after \S+: ([\d,]+) done, ([\d,]+) failed, ([\d,]+) retries, ([\d,]+) truncated "
@@ -127,16 +133,8 @@ def test_metrics_counters_rise_and_end_at_the_summary(fleet_factory: Any, tmp_pa
     proc, stderr, url = start_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
                                       "--out", str(out), "--max-tokens", "400", "--metrics-port", "0",
                                       "--metrics-linger", "60"], tmp_path)
-    scrapes: list[Samples] = []
-    deadline = time.monotonic() + 150
     try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                scrapes.append(scrape(url))
-            except OSError:
-                break  # the run ended and closed the endpoint after the final scrape
-            time.sleep(0.2)  # a scraper's interval, not a wait for an event
-        proc.wait(timeout=30)
+        scrapes = scrape_until_the_end(proc, url)
     finally:
         stop(proc)
     assert proc.returncode in (0, 1), stderr.read_text()[-2000:]

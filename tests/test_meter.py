@@ -87,3 +87,47 @@ def test_snapshot_reads_cache_hits_from_usage() -> None:
     snap = stats.snapshot(fleet)
     assert snap.cache_hit == pytest.approx(0.4) and snap.endpoints[0].cache_hit == pytest.approx(0.4)
     assert snap.truncated == 1 and snap.prompt_tokens == 200
+
+
+class FakeClock:
+    """time.monotonic for client.core.stats, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_live_rates_follow_the_streamed_tokens_on_an_injected_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr("client.core.stats.time.monotonic", clock)
+    stats = RunStats(total=10, started=0.0)
+    stats.track(1)
+
+    def live(streamed: int, generated: float | None = None) -> list[EndpointLive]:
+        return [EndpointLive(url="http://a", state="up", in_flight=4, max_in_flight=8, streamed_tokens=streamed,
+                             server_generated=generated)]
+
+    # Two seconds in, 300 tokens streamed and no request finished: a figure from the first tokens.
+    clock.now = 2.0
+    snap = stats.snapshot(live(300))
+    assert (snap.done, snap.tokens_per_s_short, snap.endpoints[0].tokens_per_s) == (0, 150.0, 150.0)
+    # Then 100 tok/s, seen once a second (as the progress line does), while the server's lifetime counter
+    # (1,000,000 before the run) rises by 120 a second.
+    generated = 1_000_000.0
+    streamed = 300
+    for second in range(3, 41):
+        clock.now = float(second)
+        streamed = 300 + 100 * (second - 2)
+        generated = 1_000_000.0 + 120 * (second - 3)
+        snap = stats.snapshot(live(streamed, generated))
+    assert snap.tokens_per_s_short == pytest.approx(100.0)  # the last 15 s only
+    assert snap.tokens_per_s_long == pytest.approx(snap.streamed_tokens / 40.0)  # since the start: under 5 min
+    assert snap.endpoints[0].server_tokens_per_s == pytest.approx(120.0)
+    # Five more seconds with nothing streamed: the 15 s figure falls by a third, the server's by its own.
+    for second in range(41, 46):
+        clock.now = float(second)
+        generated += 120
+        snap = stats.snapshot(live(streamed, generated))
+    assert snap.tokens_per_s_short == pytest.approx(100.0 * 10 / 15)

@@ -3,7 +3,6 @@ server (tests/servers/oddserver.py) that refuses every non-standard field with H
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +86,6 @@ def test_thinking_options_need_the_extension(settings: SamplingSettings, message
 ])
 def test_refused_fields(message: str, named: list[str]) -> None:
     assert refused_fields(message, ["top_k", "min_p", "chat_template_kwargs", "seed"]) == named
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as group:
-        yield group
 
 
 def _chat_requests(server: Any) -> list[dict[str, Any]]:

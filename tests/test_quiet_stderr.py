@@ -7,14 +7,13 @@ from __future__ import annotations
 import resource
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from launch.sim.fleet import SimServerSpec
-from tests.conftest import REPO, client_command, make_prompts, read_results
+from tests.conftest import REPO, client_command, make_prompts, read_results, wait_for_records
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +26,6 @@ CLIENT = ("--max-in-flight", "16", "--idle-timeout", "1", "--max-attempts", "10"
 def assert_quiet(stderr: str) -> None:
     found = [marker for marker in NOISE if marker in stderr]
     assert not found, f"asyncio noise on stderr ({found}):\n{stderr[-4000:]}"
-
-
-def wait_for_records(out: Path, count: int, proc: subprocess.Popen[str], timeout: float = 90.0) -> None:
-    """Until `count` records are written: the observable event that stands for "mid-run"."""
-    deadline = time.monotonic() + timeout
-    while len(read_results(out)) < count:
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended (exit {proc.returncode}) before {count} records were written")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"fewer than {count} records after {timeout:.0f}s")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("fault", [
@@ -66,7 +53,7 @@ def test_server_killed_mid_stream_leaves_stderr_clean(tmp_path: Path, fleet_fact
     proc = subprocess.Popen(client_command(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
                                             "--out", str(out), *CLIENT]),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_records(out, 20, proc)
+    wait_for_records(out, 20, timeout=90.0, proc=proc)
     fleet.kill(1)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
@@ -80,7 +67,7 @@ def test_double_ctrl_c_leaves_stderr_clean(tmp_path: Path, fleet_factory: Any) -
     proc = subprocess.Popen(client_command(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
                                             "--out", str(out), *CLIENT]),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_records(out, 10, proc)
+    wait_for_records(out, 10, timeout=90.0, proc=proc)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

@@ -3,19 +3,12 @@ ready, whose reason shows in the plain progress lines while the rest of the flee
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import make_prompts, read_results, run_client
 from tests.servers.harness import ServerGroup
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as group:
-        yield group
 
 
 def test_no_health_route_is_ready_by_models(servers: ServerGroup, tmp_path: Path) -> None:
@@ -52,10 +45,10 @@ def test_slow_health_is_waited_for(servers: ServerGroup, tmp_path: Path) -> None
 def test_an_endpoint_never_ready_shows_why(servers: ServerGroup, tmp_path: Path) -> None:
     good = servers.oddserver("normal", extra=("--chunk-delay", "0.15"))
     loading = servers.oddserver("normal", extra=("--health-status", "503"))
-    prompts = make_prompts(tmp_path / "p.jsonl", 24)
+    prompts = make_prompts(tmp_path / "p.jsonl", 12)
     result = run_client(["--endpoints", f"{good.url},{loading.url}", "--prompts", str(prompts),
                          "--out", str(tmp_path / "out"), "--max-in-flight", "4"])
     assert result.code == 0, result.stderr
     assert f"{loading.url} starting: not ready: /health answered 503 (still starting?)" in result.stdout
     records = read_results(tmp_path / "out")
-    assert len(records) == 24 and {r["endpoint"] for r in records} == {good.url}
+    assert len(records) == 12 and {r["endpoint"] for r in records} == {good.url}

@@ -120,12 +120,6 @@ def test_s3_messages_mask_the_endpoint_userinfo() -> None:
     assert "cannot reach S3" in str(error)
 
 
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as group:
-        yield group
-
-
 def test_server_echoing_the_bearer_token_leaves_no_trace(servers: ServerGroup, tmp_path: Path) -> None:
     server = servers.oddserver("echo_auth")
     prompts = make_prompts(tmp_path / "p.jsonl", 2)

@@ -11,22 +11,13 @@ import queue
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from client.core.stats import RunStats
 from client.run.console import progress_line
 from client.run.retry import DEFAULT_MAX_RETRY_AFTER_S
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client
 from tests.servers.harness import ServerGroup
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as servers:
-        yield servers
 
 
 def test_waits_show_in_the_progress_line() -> None:
@@ -38,8 +29,8 @@ def test_waits_show_in_the_progress_line() -> None:
     assert "waiting 1 (wake in 4m59s)" in progress_line(stats.snapshot())
 
 
-def test_a_long_retry_after_is_cut_to_the_option(group: ServerGroup, tmp_path: Path) -> None:
-    server = group.oddserver("retry_after_once")
+def test_a_long_retry_after_is_cut_to_the_option(servers: ServerGroup, tmp_path: Path) -> None:
+    server = servers.oddserver("retry_after_once")
     prompts = make_prompts(tmp_path / "prompts.jsonl", 1, with_tools_every=0)
     out = tmp_path / "out"
     result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out),
@@ -49,9 +40,9 @@ def test_a_long_retry_after_is_cut_to_the_option(group: ServerGroup, tmp_path: P
     assert record["attempts"] == 2
 
 
-def test_the_default_cap_shows_as_a_waiting_request(group: ServerGroup, tmp_path: Path) -> None:
+def test_the_default_cap_shows_as_a_waiting_request(servers: ServerGroup, tmp_path: Path) -> None:
     """Without the option, the wait is the default cap (not 28 hours), and the progress line says so."""
-    server = group.oddserver("retry_after_once")
+    server = servers.oddserver("retry_after_once")
     prompts = make_prompts(tmp_path / "prompts.jsonl", 1, with_tools_every=0)
     args = ["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out"),
             "--progress-every", "0.2"]

@@ -234,20 +234,20 @@ def test_a_fresh_out_records_its_settings_without_asking(tmp_path: Path) -> None
     assert first_record(settings=BASE, prompts=(A,), run="r", at=1.0) == RunRecord(BASE, (A,), 1.0, "r")
 
 
-@pytest.mark.s3
 @pytest.mark.slow
-def test_the_prefix_copy_refuses_a_changed_fresh_host(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+def test_the_prefix_copy_refuses_a_changed_fresh_host(tmp_path: Path, fleet_factory: Any,
+                                                      s3: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0,
                                          extra_args=("--mean-tokens", "120", "--tokens-per-chunk", "3"))])
     prompts = make_prompts(tmp_path / "p.jsonl", 20)
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
-            "--s3", f"s3://{BUCKET}/run", "--s3-endpoint-url", s3.url]
+            "--s3", f"s3://{BUCKET}/{s3_prefix}", "--s3-endpoint-url", s3.url]
     result = run_client([*args, "--out", str(tmp_path / "host-a")])
     assert result.code == 0, result.stderr[-3000:]
-    stored = from_json(s3.get(BUCKET, f"run/{RUN_FILE}"))
+    stored = from_json(s3.get(BUCKET, f"{s3_prefix}/{RUN_FILE}"))
     assert stored == read_run_file(tmp_path / "host-a")
     # A fresh host with nothing on disk compares against the prefix's copy.
     refused = run_client([*args, "--out", str(tmp_path / "host-b"), "--temperature", "1.0"])
     assert refused.code == 2, refused.stderr[-3000:]
-    assert f"recorded in s3://{BUCKET}/run/{RUN_FILE}:\n  sampling.temperature: 0.6 -> 1.0\n" in refused.stderr
+    assert f"recorded in s3://{BUCKET}/{s3_prefix}/{RUN_FILE}:\n  sampling.temperature: 0.6 -> 1.0\n" in refused.stderr
     assert not (tmp_path / "host-b" / RUN_FILE).exists()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gzip
 import http.client
@@ -12,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +21,12 @@ import pytest
 from tests.servers import chatwire
 from tests.servers.harness import REPO, RunningServer, ServerGroup, ServerStartError, start_oddserver
 from tests.servers.rawhttp import Raw, dechunk, exchange, parse_raw, request_bytes, sse_data
-from tests.servers.tlsfiles import TLSFiles, write_tls_files
+from tests.servers.tlsfiles import TLSFiles
 
 pytestmark = pytest.mark.timeout(20)
 
 CHAT = {"model": chatwire.MODEL, "messages": [{"role": "user", "content": "What is six times seven?"}],
         "stream": True, "stream_options": {"include_usage": True}}
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as group:
-        yield group
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
-    return write_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 def check_answer(datas: list[str], *, usage_chunk: bool = True) -> list[dict[str, Any]]:
@@ -223,12 +212,15 @@ def test_health404_and_health_slow(servers: ServerGroup) -> None:
     gone = servers.oddserver("health404")
     assert parse_raw(exchange(gone.port, request_bytes("GET", "/health"))).status == 404
     assert parse_raw(exchange(gone.port, request_bytes("GET", "/v1/models"))).status == 200
-    slow = servers.oddserver("health_slow", extra=("--health-delay", "0.5"))
-    started = time.monotonic()
-    assert parse_raw(exchange(slow.port, request_bytes("GET", "/v1/models"))).status == 200
-    assert time.monotonic() - started < 0.4
-    assert parse_raw(exchange(slow.port, request_bytes("GET", "/health"))).status == 200
-    assert time.monotonic() - started >= 0.5
+    slow = servers.oddserver("health_slow", extra=("--health-delay", "1.0"))
+    # /health is asked first and is still unanswered when /v1/models has answered: only /health waits.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        health = pool.submit(exchange, slow.port, request_bytes("GET", "/health"))
+        assert parse_raw(exchange(slow.port, request_bytes("GET", "/v1/models"))).status == 200
+        assert not health.done(), "/health answered before its delay"
+        assert parse_raw(health.result()).status == 200
+        assert time.monotonic() - started >= 1.0  # a lower bound: a slow machine cannot make it fail
 
 
 @pytest.mark.parametrize("mode", ["strict400", "strict422"])

@@ -130,10 +130,10 @@ def test_cli_without_a_scheduler_exits_2_naming_the_variables(tmp_path: Path) ->
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.s3
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
-def test_run_takes_the_array_shard_and_records_it(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+def test_run_takes_the_array_shard_and_records_it(tmp_path: Path, fleet_factory: Any,
+                                                  s3: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=("--mean-tokens", "60"))])
     prompts = make_prompts(tmp_path / "p.jsonl", 60)
     out = tmp_path / "out"
@@ -142,13 +142,13 @@ def test_run_takes_the_array_shard_and_records_it(tmp_path: Path, fleet_factory:
            "SLURM_ARRAY_TASK_MAX": "2", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(client_command(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
                                           "--out", str(out), "--shard", "auto", "--max-in-flight", "8",
-                                          "--s3", f"s3://{BUCKET}/run", "--s3-endpoint-url", s3.url]),
+                                          "--s3", f"s3://{BUCKET}/{s3_prefix}", "--s3-endpoint-url", s3.url]),
                           cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "shard 1/3 (--shard auto: SLURM array task SLURM_ARRAY_TASK_ID=1" in proc.stderr
     written = {r["id"] for r in read_results(out)}
     assert written == {f"p{i:06d}" for i in range(60) if shard_of(f"p{i:06d}", 3) == 1}
-    keys = s3.keys(BUCKET, "run/manifests/")
+    keys = s3.keys(BUCKET, f"{s3_prefix}/manifests/")
     assert len(keys) == 1 and keys[0].endswith("-1of3.json")
     manifest = orjson.loads(s3.get(BUCKET, keys[0]))
     assert manifest["shard"] == "1/3"
@@ -188,20 +188,19 @@ def test_live_writers_of_another_shard_count_are_refused(make: Callable[[], list
     assert f"REGEN_SHARD_COUNT={count}" in str(caught.value) and manifests[0].writer in str(caught.value)
 
 
-@pytest.mark.s3
 @pytest.mark.usefixtures("aws_env")
 def test_partial_resubmission_without_the_count_is_refused_beside_live_shards(tmp_path: Path,
-                                                                               s3: S3Server) -> None:
+                                                                               s3: S3Server, s3_prefix: str) -> None:
     """`sbatch --array=0,1` of a 3-shard job, while shard 2/3 still runs: the array says 2 shards, the
     prefix says 3 are live, and the client stops before sending anything."""
     other = Manifest(writer="node9-2of3", host="node9", shard="2/3", sync_interval_s=60.0, machine="node9/0", pid=1)
-    s3.client().put_object(Bucket=BUCKET, Key=f"run/{manifest_key(other.writer)}", Body=other.to_json())
+    s3.client().put_object(Bucket=BUCKET, Key=f"{s3_prefix}/{manifest_key(other.writer)}", Body=other.to_json())
     prompts = make_prompts(tmp_path / "p.jsonl", 6)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JOB_COMPLETION"))},
            "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "0",
            "SLURM_ARRAY_TASK_MAX": "1"}
     proc = subprocess.run(client_command(["--endpoints", "http://127.0.0.1:9", "--prompts", str(prompts), "--out",
-                                          str(tmp_path / "out"), "--shard", "auto", "--s3", f"s3://{BUCKET}/run",
+                                          str(tmp_path / "out"), "--shard", "auto", "--s3", f"s3://{BUCKET}/{s3_prefix}",
                                           "--s3-endpoint-url", s3.url]),
                           cwd=REPO, capture_output=True, text=True, timeout=60, env=env, check=False)
     assert proc.returncode == 2, proc.stderr

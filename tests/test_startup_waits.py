@@ -8,7 +8,7 @@ The servers are oddserver's `health_hang` and `mute` modes. The tests wait on th
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,6 @@ from client.fleet.startup import check_reachable
 from client.wire.endpoint import Endpoint
 from tests.conftest import make_prompts, run_client
 from tests.servers.harness import ServerGroup
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as servers:
-        yield servers
 
 
 @pytest.fixture
@@ -40,8 +34,8 @@ def _endpoint(url: str, made: list[Endpoint]) -> Endpoint:
     return endpoint
 
 
-async def test_hung_health_is_ready_by_models(group: ServerGroup, endpoints: list[Endpoint]) -> None:
-    server = group.oddserver("health_hang")
+async def test_hung_health_is_ready_by_models(servers: ServerGroup, endpoints: list[Endpoint]) -> None:
+    server = servers.oddserver("health_hang")
     endpoint = _endpoint(server.url, endpoints)
     notes: list[str] = []
     found = await check_reachable([endpoint], 0, notes.append, health_limit_s=1.0, say_waiting_after_s=0.1)
@@ -52,8 +46,8 @@ async def test_hung_health_is_ready_by_models(group: ServerGroup, endpoints: lis
 
 
 @pytest.mark.slow
-async def test_mute_port_stops_with_its_reason(group: ServerGroup, endpoints: list[Endpoint]) -> None:
-    server = group.oddserver("mute")
+async def test_mute_port_stops_with_its_reason(servers: ServerGroup, endpoints: list[Endpoint]) -> None:
+    server = servers.oddserver("mute")
     endpoint = _endpoint(server.url, endpoints)
     notes: list[str] = []
     with pytest.raises(ConfigError, match="accepted the connection but answered nothing: /health did not answer "
@@ -63,8 +57,8 @@ async def test_mute_port_stops_with_its_reason(group: ServerGroup, endpoints: li
 
 
 @pytest.mark.slow
-def test_run_on_a_mute_port_says_what_it_waits_for(group: ServerGroup, tmp_path: Path) -> None:
-    server = group.oddserver("mute")
+def test_run_on_a_mute_port_says_what_it_waits_for(servers: ServerGroup, tmp_path: Path) -> None:
+    server = servers.oddserver("mute")
     prompts = make_prompts(tmp_path / "p.jsonl", 2)
     result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out")])
     assert result.code == 2, result.stderr

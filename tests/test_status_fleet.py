@@ -102,17 +102,16 @@ def status_cli(server: S3Server, prefix: str, *extra: str) -> tuple[int, dict[st
     return proc.returncode, doc, proc.stderr.decode()
 
 
-@pytest.mark.s3
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
-def test_stale_shard_exits_3_and_names_it(tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+def test_stale_shard_exits_3_and_names_it(tmp_path: Path, fleet_factory: Any, s3: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=("--mean-tokens", "60"))])
     prompts = make_prompts(tmp_path / "p.jsonl", 40)
     result = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out",
-                         str(tmp_path / "out"), "--shard", "0/2", "--s3", f"s3://{BUCKET}/run",
+                         str(tmp_path / "out"), "--shard", "0/2", "--s3", f"s3://{BUCKET}/{s3_prefix}",
                          "--s3-endpoint-url", s3.url, "--sync-interval", "5"])
     assert result.code == 0, result.stderr[-3000:]
-    code, doc, stderr = status_cli(s3, "run", "--prompts", str(prompts))
+    code, doc, stderr = status_cli(s3, s3_prefix, "--prompts", str(prompts))
     assert code == 0, stderr
     assert doc["totals"]["complete_shards"] == 1 and doc["missing_shards"] == ["1/2"]
     assert doc["shards"][0]["complete"] and doc["shards"][0]["hosts"]
@@ -122,15 +121,15 @@ def test_stale_shard_exits_3_and_names_it(tmp_path: Path, fleet_factory: Any, s3
                     machine="node7/0", pid=1)
     blob = orjson.loads(dead.to_json())
     blob["updated"] -= 3600
-    s3.client().put_object(Bucket=BUCKET, Key=f"run/{manifest_key(dead.writer)}", Body=orjson.dumps(blob))
-    code, doc, stderr = status_cli(s3, "run", "--prompts", str(prompts))
+    s3.client().put_object(Bucket=BUCKET, Key=f"{s3_prefix}/{manifest_key(dead.writer)}", Body=orjson.dumps(blob))
+    code, doc, stderr = status_cli(s3, s3_prefix, "--prompts", str(prompts))
     assert code == 3, stderr
     assert doc["totals"]["stale_shards"] == ["1/2"]
     assert "stale shard 1/2 (host node7)" in stderr and "1h" in stderr
-    code, _, _ = status_cli(s3, "run", "--stale-after", "100")
+    code, _, _ = status_cli(s3, s3_prefix, "--stale-after", "100")
     assert code == 0, "the threshold is the caller's"
 
-    table = subprocess.run([sys.executable, "-m", "client.status", "--s3", f"s3://{BUCKET}/run",
+    table = subprocess.run([sys.executable, "-m", "client.status", "--s3", f"s3://{BUCKET}/{s3_prefix}",
                             "--s3-endpoint-url", s3.url], cwd=REPO, capture_output=True, text=True, timeout=60,
                            check=False)
     assert table.returncode == 3

@@ -154,3 +154,26 @@ def test_parser(case: Case) -> None:
         assert result.finish_reason == case.finish
         assert dict(result.usage) == (case.usage if case.usage is not None else {})
         assert result.completion_token_ids == case.completion_ids
+
+
+MTP_CHUNKS = [chunk({"role": "assistant", "content": ""}, usage={"completion_tokens": 0}),
+              chunk({"reasoning_content": "abc"}, usage={"completion_tokens": 3}),
+              chunk({"content": "def"}, usage={"completion_tokens": 6}),
+              chunk({"content": "ghi"}, finish="stop", usage={"completion_tokens": 9})]
+
+
+@pytest.mark.parametrize(("chunks", "live"), [
+    # Per-chunk usage (SGLang, vLLM's continuous_usage_stats), 3 tokens per chunk (MTP): the live count is
+    # the tokens, from the first chunk on; counting chunks would say 1, 2, 3.
+    (MTP_CHUNKS, [0, 3, 6, 9]),
+    # No usage until the end: one token per output chunk, then the final usage puts it right.
+    ([chunk({"role": "assistant"}), chunk({"content": "abc"}), chunk({"content": "def"}, finish="stop"),
+      event({"choices": [], "usage": {"completion_tokens": 6}})], [0, 1, 2, 6]),
+], ids=["usage-per-chunk", "usage-at-the-end"])
+def test_live_tokens_count_tokens_as_the_chunks_come(chunks: list[bytes], live: list[int]) -> None:
+    parser = StreamParser()
+    seen = []
+    for data in chunks:
+        parser.feed(data)
+        seen.append(parser.live_tokens)
+    assert seen == live

@@ -7,7 +7,6 @@ never on wall time (the idle timeouts only have to fire at all for the test to e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -23,19 +22,14 @@ BODY = {"model": chatwire.MODEL, "messages": [{"role": "user", "content": "What 
         "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 16}
 
 
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as servers:
-        yield servers
-
 
 def test_token_limit_margin() -> None:
     assert token_limit(16) == 80  # the 64-token floor
     assert token_limit(8192) == 8192 + 819  # a tenth past a large max_tokens
 
 
-async def test_runaway_stream_is_cut_off_past_max_tokens(group: ServerGroup) -> None:
-    server = group.oddserver("runaway")
+async def test_runaway_stream_is_cut_off_past_max_tokens(servers: ServerGroup) -> None:
+    server = servers.oddserver("runaway")
     endpoint = Endpoint(server.url, max_in_flight=1, idle_timeout=30.0)
     try:
         with pytest.raises(RunawayStream, match=r"past max_tokens 16 \(cut off at 80\)") as caught:
@@ -47,8 +41,8 @@ async def test_runaway_stream_is_cut_off_past_max_tokens(group: ServerGroup) -> 
     assert 80 < endpoint.wire.streamed_tokens < 200  # cut off at the limit, not thousands of tokens later
 
 
-async def test_comments_do_not_reset_the_idle_timer(group: ServerGroup) -> None:
-    server = group.oddserver("ping_only")
+async def test_comments_do_not_reset_the_idle_timer(servers: ServerGroup) -> None:
+    server = servers.oddserver("ping_only")
     endpoint = Endpoint(server.url, max_in_flight=1, idle_timeout=1.0)
     try:
         with pytest.raises(StreamStalled, match="only comments or keep-alives"):
@@ -57,8 +51,8 @@ async def test_comments_do_not_reset_the_idle_timer(group: ServerGroup) -> None:
         await endpoint.aclose()
 
 
-def test_run_with_a_runaway_server_ends(group: ServerGroup, tmp_path: Path) -> None:
-    server = group.oddserver("runaway")
+def test_run_with_a_runaway_server_ends(servers: ServerGroup, tmp_path: Path) -> None:
+    server = servers.oddserver("runaway")
     prompts = make_prompts(tmp_path / "prompts.jsonl", 2, with_tools_every=0)
     out = tmp_path / "out"
     result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out),

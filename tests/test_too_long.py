@@ -3,7 +3,6 @@ summary and the reconciliation, not sent again by the next run unless --retry-to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -30,12 +29,6 @@ def test_context_overflow_is_told_apart(status: int, body: bytes, kind: type) ->
     assert type(error) is kind
     if kind is TooLong:
         assert error.kind == "too_long" and not error.retryable
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as group:
-        yield group
 
 
 def _prompts(path: Path) -> Path:

@@ -134,7 +134,7 @@ async def test_repeated_headers_are_kept() -> None:
 
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    state: dict[str, Any] = {"connections": set(), "requests": 0}
+    state: dict[str, Any] = {"connections": set(), "requests": 0, "dropped": 0}
 
     async def stream(request: web.Request) -> web.StreamResponse:
         state["requests"] += 1
@@ -142,6 +142,11 @@ async def server() -> AsyncIterator[tuple[str, dict[str, Any]]]:
         mode = request.query.get("mode", "ok")
         if mode == "error":
             return web.json_response({"error": "bad"}, status=400)
+        if mode == "drop_once" and not state["dropped"]:
+            state["dropped"] += 1  # as if it had closed the connection just before this request came
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
         if mode == "late_drop":
             await asyncio.sleep(0.3)  # generating, with nothing sent yet: then the server fails
             assert request.transport is not None
@@ -216,13 +221,46 @@ async def test_a_late_drop_on_a_reused_connection_is_not_resent(server: tuple[st
     transport.close()
 
 
-async def test_stale_idle_connection_is_replaced(server: tuple[str, dict[str, Any]]) -> None:
+def close_seen(connection: Connection) -> asyncio.Event:
+    """Set when `connection` learns that its peer closed it (its protocol's connection_lost)."""
+    seen = asyncio.Event()
+    lost = connection.connection_lost
+
+    def connection_lost(exc: Exception | None) -> None:
+        lost(exc)
+        seen.set()
+
+    connection.connection_lost = connection_lost  # type: ignore[method-assign]
+    return seen
+
+
+async def test_an_idle_connection_the_server_closed_is_not_reused(server: tuple[str, dict[str, Any]]) -> None:
     url, state = server
-    transport = StreamingTransport(url, headers={})
+    # No resend window: were the closed connection reused, its failure would reach the caller.
+    transport = StreamingTransport(url, headers={}, stale_window_s=0.0)
     await transport.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
+    [idle] = transport._idle
+    seen = close_seen(idle)
     for peer in state["connections"]:
         peer.close()  # the server drops the idle keep-alive connection
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(10):
+        await seen.wait()
+    assert idle.closed
     response = await transport.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
     assert response.status == 200
+    assert (state["requests"], len(state["connections"])) == (2, 2)
+    transport.close()
+
+
+async def test_a_reused_connection_dropped_at_once_is_resent_on_a_fresh_one(
+        server: tuple[str, dict[str, Any]]) -> None:
+    url, state = server
+    # The close has not reached the client when it reuses the connection: the server drops the request
+    # before answering anything, well inside the window, and the transport sends it again on a new one.
+    transport = StreamingTransport(url, headers={}, stale_window_s=30.0)
+    await transport.post("/v1/chat/completions", b"{}", lambda _: None, idle_timeout=5)
+    response = await transport.post("/v1/chat/completions?mode=drop_once", b"{}", lambda _: None, idle_timeout=5)
+    assert response.status == 200
+    assert state["dropped"] == 1
+    assert (state["requests"], len(state["connections"])) == (3, 2)
     transport.close()

@@ -11,7 +11,6 @@ text names the cause, so a regression to a vague "cannot reach" fails.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +36,12 @@ from client.wire.transport import StreamingTransport
 from tests.conftest import make_prompts, read_failures, read_results, run_client
 from tests.servers import chatwire
 from tests.servers.harness import RunningServer, ServerGroup
-from tests.servers.tlsfiles import TLSFiles, write_tls_files
+from tests.servers.tlsfiles import TLSFiles
 
 BODY = {"model": chatwire.MODEL, "messages": [{"role": "user", "content": "What is six times seven?"}],
         "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 64}
 PAYLOAD = orjson.dumps(BODY)
 ANSWER = chatwire.answer_for(BODY)
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[ServerGroup]:
-    with ServerGroup(tmp_path) as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
-    return write_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 def endpoint(url: str, **kw: Any) -> Endpoint:
@@ -97,8 +85,8 @@ GOOD_MODES = [
 
 
 @pytest.mark.parametrize("modes", GOOD_MODES)
-async def test_odd_but_valid_servers_give_the_whole_answer(group: ServerGroup, modes: str) -> None:
-    server = group.oddserver(*modes.split(","))
+async def test_odd_but_valid_servers_give_the_whole_answer(servers: ServerGroup, modes: str) -> None:
+    server = servers.oddserver(*modes.split(","))
     ep = endpoint(server.url)
     try:
         await exercise(ep)
@@ -111,9 +99,9 @@ async def test_odd_but_valid_servers_give_the_whole_answer(group: ServerGroup, m
         assert [r["n_on_conn"] for r in posts] == [1, 2]
 
 
-async def test_control_plane_polls_reuse_one_connection(group: ServerGroup) -> None:
+async def test_control_plane_polls_reuse_one_connection(servers: ServerGroup) -> None:
     """GETs ride the streams' keep-alive pool: a poll a second does not open a connection a second."""
-    server = group.oddserver()
+    server = servers.oddserver()
     ep = endpoint(server.url)
     try:
         for _ in range(3):
@@ -131,9 +119,9 @@ async def test_control_plane_polls_reuse_one_connection(group: ServerGroup) -> N
     assert header(chat_records(server)[0], "accept") == ["text/event-stream"]
 
 
-async def test_a_get_that_never_ends_is_cut_at_its_limit(group: ServerGroup) -> None:
+async def test_a_get_that_never_ends_is_cut_at_its_limit(servers: ServerGroup) -> None:
     """A body that keeps coming (one byte a pause, never whole) does not hold a poll: the deadline ends it."""
-    ep = endpoint(group.oddserver("loads_dribble").url)
+    ep = endpoint(servers.oddserver("loads_dribble").url)
     try:
         with pytest.raises(StreamStalled, match=r"no whole answer from http://127\.0\.0\.1:\d+/v1/loads within 1s"):
             await ep.get_bytes("/v1/loads", limit_s=1.0)
@@ -142,8 +130,8 @@ async def test_a_get_that_never_ends_is_cut_at_its_limit(group: ServerGroup) -> 
         await ep.aclose()
 
 
-async def test_repeated_headers_are_all_kept(group: ServerGroup) -> None:
-    server = group.oddserver("repeated_headers")
+async def test_repeated_headers_are_all_kept(servers: ServerGroup) -> None:
+    server = servers.oddserver("repeated_headers")
     transport = StreamingTransport(server.url, headers={"content-type": "application/json"})
     try:
         response = await transport.post("/v1/chat/completions", PAYLOAD, lambda _: None, idle_timeout=10)
@@ -162,9 +150,9 @@ ERRORS = [
 
 
 @pytest.mark.parametrize(("mode", "kind", "pattern"), ERRORS, ids=[e[0] for e in ERRORS])
-async def test_broken_answers_fail_with_their_cause(group: ServerGroup, mode: str, kind: type[AttemptError],
+async def test_broken_answers_fail_with_their_cause(servers: ServerGroup, mode: str, kind: type[AttemptError],
                                                     pattern: str) -> None:
-    ep = endpoint(group.oddserver(mode).url)
+    ep = endpoint(servers.oddserver(mode).url)
     try:
         with pytest.raises(kind, match=pattern):
             await ep.stream_chat(PAYLOAD)
@@ -173,8 +161,8 @@ async def test_broken_answers_fail_with_their_cause(group: ServerGroup, mode: st
         await ep.aclose()
 
 
-async def test_html_everywhere_names_the_page(group: ServerGroup) -> None:
-    ep = endpoint(group.oddserver("html200_all").url)
+async def test_html_everywhere_names_the_page(servers: ServerGroup) -> None:
+    ep = endpoint(servers.oddserver("html200_all").url)
     try:
         with pytest.raises(NotJSON, match=r"/v1/models answered 200 with Content-Type text/html.*<!DOCTYPE html>"):
             await ep.models()
@@ -187,8 +175,8 @@ async def test_html_everywhere_names_the_page(group: ServerGroup) -> None:
 # -- base URLs and path prefixes ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
-async def test_base_url_with_or_without_v1(group: ServerGroup, suffix: str) -> None:
-    server = group.oddserver()
+async def test_base_url_with_or_without_v1(servers: ServerGroup, suffix: str) -> None:
+    server = servers.oddserver()
     ep = endpoint(server.url + suffix)
     try:
         await exercise(ep, streams=1)
@@ -200,9 +188,9 @@ async def test_base_url_with_or_without_v1(group: ServerGroup, suffix: str) -> N
 
 
 @pytest.mark.parametrize("suffix", ["/api/x", "/api/x/", "/api/x/v1", "/api/x/v1/"])
-async def test_reverse_proxy_path_prefix(group: ServerGroup, suffix: str) -> None:
-    upstream = group.oddserver()
-    proxy = group.reverse_proxy(upstream, "/api/x")
+async def test_reverse_proxy_path_prefix(servers: ServerGroup, suffix: str) -> None:
+    upstream = servers.oddserver()
+    proxy = servers.reverse_proxy(upstream, "/api/x")
     ep = endpoint(proxy.url + suffix)
     try:
         await exercise(ep)
@@ -214,8 +202,8 @@ async def test_reverse_proxy_path_prefix(group: ServerGroup, suffix: str) -> Non
         "/api/x/v1/chat/completions", "/api/x/health", "/api/x/v1/models", "/api/x/v1/loads", "/api/x/metrics"}
 
 
-async def test_server_with_its_own_prefix(group: ServerGroup) -> None:
-    server = group.oddserver(prefix="/api/x")
+async def test_server_with_its_own_prefix(servers: ServerGroup) -> None:
+    server = servers.oddserver(prefix="/api/x")
     ep = endpoint(server.url + "/api/x/v1")
     try:
         await exercise(ep, streams=1)
@@ -225,8 +213,8 @@ async def test_server_with_its_own_prefix(group: ServerGroup) -> None:
 
 # -- credentials in the URL --------------------------------------------------------------------------------
 
-async def test_url_credentials_become_a_bearer_token_and_stay_secret(group: ServerGroup) -> None:
-    server = group.oddserver(extra=("--api-key", "s3cr3t-key"))
+async def test_url_credentials_become_a_bearer_token_and_stay_secret(servers: ServerGroup) -> None:
+    server = servers.oddserver(extra=("--api-key", "s3cr3t-key"))
     url = server.url.replace("://", "://someone:s3cr3t-key@") + "/v1"
     ep = Endpoint(url, max_in_flight=2)
     try:
@@ -262,8 +250,8 @@ def free_port() -> int:
 
 # -- TLS ---------------------------------------------------------------------------------------------------
 
-async def test_tls_with_the_test_ca(group: ServerGroup, tls_files: TLSFiles) -> None:
-    server = group.oddserver(tls=tls_files)
+async def test_tls_with_the_test_ca(servers: ServerGroup, tls_files: TLSFiles) -> None:
+    server = servers.oddserver(tls=tls_files)
     ep = endpoint(server.url, network=NetworkOptions(ca_bundle=str(tls_files.ca_cert)))
     try:
         await exercise(ep)
@@ -271,8 +259,8 @@ async def test_tls_with_the_test_ca(group: ServerGroup, tls_files: TLSFiles) -> 
         await ep.aclose()
 
 
-async def test_tls_untrusted_certificate_is_named(group: ServerGroup, tls_files: TLSFiles) -> None:
-    server = group.oddserver(tls=tls_files)
+async def test_tls_untrusted_certificate_is_named(servers: ServerGroup, tls_files: TLSFiles) -> None:
+    server = servers.oddserver(tls=tls_files)
     ep = endpoint(server.url)
     pattern = (rf"TLS certificate of 127\.0\.0\.1:{server.port} not trusted: .*certificate.*; "
                r"pass --ca-bundle FILE or set SSL_CERT_FILE")
@@ -287,9 +275,9 @@ async def test_tls_untrusted_certificate_is_named(group: ServerGroup, tls_files:
         await ep.aclose()
 
 
-async def test_tls_insecure_works_and_warns_once(group: ServerGroup, tls_files: TLSFiles,
+async def test_tls_insecure_works_and_warns_once(servers: ServerGroup, tls_files: TLSFiles,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    server = group.oddserver(tls=tls_files)
+    server = servers.oddserver(tls=tls_files)
     ssl_context.cache_clear()
     eps = [endpoint(server.url, network=NetworkOptions(insecure=True)) for _ in range(2)]
     try:
@@ -301,9 +289,9 @@ async def test_tls_insecure_works_and_warns_once(group: ServerGroup, tls_files: 
     assert capsys.readouterr().err.count("warning: --insecure") == 1
 
 
-async def test_ssl_cert_file_is_honoured(group: ServerGroup, tls_files: TLSFiles,
+async def test_ssl_cert_file_is_honoured(servers: ServerGroup, tls_files: TLSFiles,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    server = group.oddserver(tls=tls_files)
+    server = servers.oddserver(tls=tls_files)
     monkeypatch.setenv("SSL_CERT_FILE", str(tls_files.ca_cert))
     ssl_context.cache_clear()
     ep = endpoint(server.url)
@@ -316,9 +304,9 @@ async def test_ssl_cert_file_is_honoured(group: ServerGroup, tls_files: TLSFiles
 
 # -- forward proxies -------------------------------------------------------------------------------------
 
-async def test_forward_proxy_carries_every_request(group: ServerGroup) -> None:
-    server = group.oddserver()
-    proxy = group.forward_proxy()
+async def test_forward_proxy_carries_every_request(servers: ServerGroup) -> None:
+    server = servers.oddserver()
+    proxy = servers.forward_proxy()
     ep = endpoint(server.url + "/v1", network=NetworkOptions(proxy=proxy.url))
     try:
         await exercise(ep)
@@ -333,9 +321,9 @@ async def test_forward_proxy_carries_every_request(group: ServerGroup) -> None:
     assert len(server.log_records()) == len(carried)
 
 
-async def test_forward_proxy_tunnels_https(group: ServerGroup, tls_files: TLSFiles) -> None:
-    server = group.oddserver(tls=tls_files)
-    proxy = group.forward_proxy()
+async def test_forward_proxy_tunnels_https(servers: ServerGroup, tls_files: TLSFiles) -> None:
+    server = servers.oddserver(tls=tls_files)
+    proxy = servers.forward_proxy()
     ep = endpoint(server.url, network=NetworkOptions(proxy=proxy.url, ca_bundle=str(tls_files.ca_cert)))
     try:
         await exercise(ep)
@@ -346,10 +334,10 @@ async def test_forward_proxy_tunnels_https(group: ServerGroup, tls_files: TLSFil
     assert {r["target"] for r in carried} == {f"127.0.0.1:{server.port}"}
 
 
-async def test_environment_proxy_is_bypassed_for_loopback(group: ServerGroup,
+async def test_environment_proxy_is_bypassed_for_loopback(servers: ServerGroup,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    server = group.oddserver()
-    proxy = group.forward_proxy()
+    server = servers.oddserver()
+    proxy = servers.forward_proxy()
     for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.setenv(name, proxy.url)
     monkeypatch.delenv("NO_PROXY", raising=False)
@@ -364,9 +352,9 @@ async def test_environment_proxy_is_bypassed_for_loopback(group: ServerGroup,
 
 
 @pytest.mark.parametrize("refuse", [False, True], ids=["nothing listening", "accepts and closes"])
-async def test_dead_proxy_is_named(group: ServerGroup, refuse: bool) -> None:
-    server = group.oddserver()
-    proxy_url = group.forward_proxy(refuse=True).url if refuse else f"http://127.0.0.1:{free_port()}"
+async def test_dead_proxy_is_named(servers: ServerGroup, refuse: bool) -> None:
+    server = servers.oddserver()
+    proxy_url = servers.forward_proxy(refuse=True).url if refuse else f"http://127.0.0.1:{free_port()}"
     ep = endpoint(server.url, network=NetworkOptions(proxy=proxy_url))
     try:
         with pytest.raises(ProxyFailed, match=rf"proxy {proxy_url}\b"):
@@ -382,10 +370,10 @@ async def test_dead_proxy_is_named(group: ServerGroup, refuse: bool) -> None:
 
 # -- end to end ------------------------------------------------------------------------------------------
 
-def test_client_run_through_a_prefixed_reverse_proxy(group: ServerGroup, tmp_path: Path) -> None:
+def test_client_run_through_a_prefixed_reverse_proxy(servers: ServerGroup, tmp_path: Path) -> None:
     """`python -m client.run` against an odd server behind a reverse proxy, base URL `.../api/x/v1/`."""
-    upstream = group.oddserver("crlf", "comments_events", "no_done", "usage_on_finish")
-    proxy = group.reverse_proxy(upstream, "/api/x")
+    upstream = servers.oddserver("crlf", "comments_events", "no_done", "usage_on_finish")
+    proxy = servers.reverse_proxy(upstream, "/api/x")
     prompts = make_prompts(tmp_path / "prompts.jsonl", 6, with_tools_every=0)
     out = tmp_path / "out"
     base = proxy.url + "/api/x/v1/"

@@ -6,10 +6,8 @@ stop them. Sync API; usable from plain and async tests alike.
         srv.log_records()            # one dict per request the server received, in order
     # or: start_server("proxies", "forward", "--refuse"); start_reverse_proxy(srv, "/api/x")
 
-    @pytest.fixture
-    def servers(tmp_path):
-        with ServerGroup(tmp_path) as group:   # everything started through it stops at the end
-            yield group
+    def test_x(servers):                   # tests/conftest.py's fixture: a ServerGroup for the test;
+        servers.oddserver("gzip")          # everything started through it stops at the end
 
 Readiness is the `PORT <n>` line a server prints on stdout once it listens, read with a bounded wait (no
 sleeps). A server cannot outlive the test process: its stdin is a pipe from us (it exits at end of file)
