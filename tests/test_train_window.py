@@ -43,7 +43,7 @@ def _long_prompt_file(path: Path, fill: int) -> Path:
 
 @pytest.mark.slow
 def test_max_tokens_is_the_window_minus_the_prompt_and_a_full_prompt_is_left_out(tmp_path: Path) -> None:
-    window = 600
+    window = 450
     prompts = _long_prompt_file(tmp_path / "p.jsonl", window)
     out = tmp_path / "out"
     args = ["--simulate", "2", "--sim-speed", "200", "--prompts", str(prompts), "--out", str(out),
@@ -91,12 +91,13 @@ def test_a_changed_window_is_a_settings_change(tmp_path: Path) -> None:
 
 
 def test_a_server_that_cannot_count_is_refused_at_start(tmp_path: Path, servers: Any) -> None:
-    server = servers.oddserver("ok")
+    server = servers.oddserver("normal")
     prompts = make_prompts(tmp_path / "p.jsonl", 2)
     result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out"),
                          "--max-tokens", "16", "--train-window", "4096"])
     assert result.code == 2, result.stderr
-    assert "--train-window 4096 needs every server to count a prompt's tokens" in result.stderr
+    # The odd server says it is SGLang but has no tokenize route: its 404 stops the run before any prompt.
+    assert "did not count the preflight prompt's tokens" in result.stderr and "404" in result.stderr
     assert not read_results(tmp_path / "out")
 
 
@@ -116,7 +117,7 @@ def test_the_count_request_renders_as_the_chat_request(policy: FieldPolicy, thin
     payload = shape.payload(PROMPT, PROMPT.messages, 0)
     assert request["messages"] == payload["messages"] and request["tools"] == payload["tools"]
     assert request.get("chat_template_kwargs") == kwargs == payload.get("chat_template_kwargs")
-    assert request["add_generation_prompt"] is True
+    assert "add_generation_prompt" not in request  # rendered as the chat request is, by both engines
 
 
 @pytest.mark.parametrize(("window", "prompt_tokens", "max_tokens", "room"), [

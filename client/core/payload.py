@@ -133,8 +133,10 @@ class RequestShape:
         return self.count_paths[endpoint] if endpoint < len(self.count_paths) else None
 
     def count_request(self, prompt: Prompt, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The tokenize request that renders `messages` as the chat request would (tools, thinking)."""
-        request: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        """The tokenize request that renders `messages` as the chat request would (tools, thinking). No
+        `add_generation_prompt`: SGLang renders a request without it exactly as a chat completion, and vLLM
+        adds the generation prompt by default."""
+        request: dict[str, Any] = {"model": self.model, "messages": messages}
         if prompt.tools:
             request["tools"] = prompt.tools
         if "enable_thinking" in self.sampling:
