@@ -152,6 +152,7 @@ REFUSALS: dict[str, tuple[Any, int, str, str | None]] = {
     "prompt_not_text": ({"prompt": 3}, 400, "Bad Request", None),
     "bad_role": ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "Bad Request", None),
     "not_json": (b'{"model": ', 400, "Bad Request", None),
+    "not_an_object": (b"[1]", 400, "Bad Request", None),  # chat's request model crashes on it instead (a 500)
     "empty_messages": ({"messages": []}, 400, "BadRequestError", "Messages cannot be empty."),
     "required_without_tools": ({"messages": USER, "tool_choice": "required"}, 400, "BadRequestError",
                                "Tools cannot be empty if tool choice is set to required."),

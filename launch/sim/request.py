@@ -44,7 +44,8 @@ def bad(message: str, err_type: str = "BadRequestError") -> Refusal:
 
 def validation_error(loc: str, msg: str) -> Refusal:
     """What FastAPI's RequestValidationError becomes in SGLang: one line per pydantic error."""
-    return Refusal(400, f"1 validation error:\n  {{'loc': ('body', {loc}), 'msg': {msg!r}}}", "Bad Request")
+    where = f"('body', {loc})" if loc else "('body',)"  # an empty loc: the body as a whole
+    return Refusal(400, f"1 validation error:\n  {{'loc': {where}, 'msg': {msg!r}}}", "Bad Request")
 
 
 def lax_int(value: Any, name: str) -> int | None:
@@ -137,16 +138,21 @@ def _thinking(body: Mapping[str, Any]) -> bool:
     return True
 
 
-def read_body(raw: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
-    """A JSON object sent as application/json, as FastAPI reads it before any request model; raises Refusal."""
+def read_body(raw: bytes, headers: Mapping[str, str], *, crash_on_non_object: bool = True) -> dict[str, Any]:
+    """A JSON object sent as application/json, as FastAPI reads it before any request model; raises Refusal.
+
+    A JSON value that is not an object crashes ChatCompletionRequest's before-validator (FastAPI's plain 500);
+    a request model without one (`crash_on_non_object=False`) refuses it as a validation error."""
     if headers.get("content-type", "").lower().split(";", 1)[0] != "application/json":
         raise validation_error("'header', 'content-type'", "Unsupported Media Type: Only 'application/json' is allowed")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise validation_error("0", f"JSON decode error: {exc}") from exc
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) and crash_on_non_object:
         raise Refusal(500, "Internal Server Error", "", text=True)
+    if not isinstance(body, dict):
+        raise validation_error("", "Input should be a valid dictionary or object to extract fields from")
     return body
 
 

@@ -10,10 +10,11 @@ Taken from `python/sglang/srt/entrypoints/http_server.py` (both paths, `validate
   `add_special_tokens` only when that is sent too;
 - the answer is `{"tokens": [...], "count": N, "max_model_len": M}` (a list of strings gives lists of
   both); M is the tokenizer's `model_max_length`, or the context length when the tokenizer sets none;
-- neither or both of `messages` and `prompt`, and bodies that fail the request model, are 400 "Bad Request"
-  (FastAPI's validation error); what the chat checks refuse (empty messages, `tool_choice` without its
-  tool, an output cap over the context) and the template's errors are 400 "BadRequestError"; a truthy
-  `stream` is 501; the model name is not checked, nor the prompt's length against the context.
+- neither or both of `messages` and `prompt`, and bodies that fail the request model (a JSON value that is
+  not an object too: this model has no before-validator to crash on it) are 400 "Bad Request"; what the
+  chat checks refuse (empty messages, `tool_choice` without its tool, an output cap over the context) and
+  the template's errors are 400 "BadRequestError"; a truthy `stream` is 501; the model name is not
+  checked, nor the prompt's length against the context.
 Without `--tokenizer` the count is the simulator's own prompt count (launch.sim.script: a token per 4 bytes
 of the messages' and tools' JSON), so that it always equals the same chat request's
 `usage.prompt_tokens`; `tokens` then has that many stand-in ids taken from those bytes. A `prompt` text
@@ -65,7 +66,7 @@ def _check_body(body: Mapping[str, Any]) -> None:
     if body.get("add_generation_prompt") is not None:
         lax_bool(body["add_generation_prompt"], "add_generation_prompt")
     if (prompt is None) == (messages is None):
-        raise Refusal(400, f"1 validation error:\n  {{'loc': ('body',), 'msg': {_ONE_OF!r}}}", "Bad Request")
+        raise validation_error("", _ONE_OF)
 
 
 def _stand_in_ids(data: bytes, count: int) -> list[int]:
@@ -139,7 +140,7 @@ def handler(st: SimState) -> Callable[[web.Request], Awaitable[web.Response]]:
         if not st.ready:
             return error(503, "The server is still starting up.", "ServiceUnavailable")
         try:
-            body = read_body(await request.read(), request.headers)
+            body = read_body(await request.read(), request.headers, crash_on_non_object=False)
             _check_body(body)
             model = body.get("model", "default")
             if st.config.strict_model and model not in (st.config.model_name, "default"):
