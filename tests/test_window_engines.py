@@ -16,7 +16,7 @@ from tests.engines.sglang_server import SGLangServer
 from tests.engines.vllm_server import VLLMServer
 
 MAX_TOKENS = 64
-WINDOW = 300  # above the short prompts (with a tool schema), below the long one
+WINDOW = 800  # above the short prompts (the tool schema and its template make ~400), below the long one
 
 
 def _prompts(path: Path) -> Path:
@@ -24,7 +24,7 @@ def _prompts(path: Path) -> Path:
         {"id": "plain", "messages": [{"role": "user", "content": "What is the weather in Paris?"}]},
         {"id": "tools", "messages": [{"role": "user", "content": "What is the weather in Oslo?"}],
          "tools": [WEATHER_TOOL]},
-        {"id": "long", "messages": [{"role": "user", "content": " ".join(["weather"] * (WINDOW + 40))}]},
+        {"id": "long", "messages": [{"role": "user", "content": " ".join(["weather"] * (WINDOW + 100))}]},
     ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path

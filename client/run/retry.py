@@ -97,7 +97,7 @@ class Generator:
         self.stopping = stopping
         self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.core.repetition)
         self.train_window = train_window  # --train-window: max_tokens = the window minus the prompt's count
-        self._backoff = wait_exponential_jitter(initial=retry.initial_backoff_s, max=retry.max_backoff_s,
+        self._backoff = wait_exponential_jitter(multiplier=retry.initial_backoff_s, max=retry.max_backoff_s,
                                                 jitter=retry.jitter_s)
 
     def _wait(self, state: RetryCallState) -> float:

@@ -73,6 +73,7 @@ class Endpoint:
         connect_timeout: float = 10.0,
         api_key: str | None = None,
         network: NetworkOptions | None = None,
+        transport: StreamingTransport | None = None,
     ) -> None:
         try:
             self.server = ServerURL.parse(url)
@@ -90,10 +91,12 @@ class Endpoint:
         if token:
             headers["authorization"] = f"Bearer {token}"
         self.route = route_for(self.server, network or NetworkOptions())
-        self._http = StreamingTransport(self.server, headers=headers, connect_timeout=connect_timeout,
-                                        route=self.route,
-                                        post_headers={"content-type": "application/json",
-                                                      "accept": "text/event-stream"})
+        # `transport`: another object with StreamingTransport's post / get / close, for tests that script a
+        # server's answers without a socket (as httpx's MockTransport).
+        self._http = transport or StreamingTransport(self.server, headers=headers, connect_timeout=connect_timeout,
+                                                     route=self.route,
+                                                     post_headers={"content-type": "application/json",
+                                                                   "accept": "text/event-stream"})
 
     async def aclose(self) -> None:
         self._http.close()
