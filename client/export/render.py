@@ -28,6 +28,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from client.core.errors import ConfigError
+from prompts.tool_arguments import arguments_object
 
 
 class RenderError(ValueError):
@@ -129,11 +130,8 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for call in message.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                try:
-                    parsed = orjson.loads(function["arguments"])
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(parsed, dict):
+                parsed = arguments_object(function["arguments"])
+                if parsed is not None:
                     function["arguments"] = parsed
     return out
 

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from prompts.tool_arguments import arguments_object
+
 if TYPE_CHECKING:  # jinja2 comes with a --tokenizer (the `export` extra); the request checks do without it
     import jinja2
 
@@ -103,11 +105,12 @@ def _content(role: str, content: Any, fmt: str) -> Any:
 def _arguments(arguments: Any) -> Any:
     if not isinstance(arguments, str):
         return arguments
-    try:
-        parsed = orjson.loads(arguments)
-    except orjson.JSONDecodeError as exc:
-        raise TemplateInputError("Assistant tool call function.arguments must be valid JSON.") from exc
-    if not isinstance(parsed, dict):
+    parsed = arguments_object(arguments)
+    if parsed is None:
+        try:
+            orjson.loads(arguments)
+        except orjson.JSONDecodeError as exc:
+            raise TemplateInputError("Assistant tool call function.arguments must be valid JSON.") from exc
         raise TemplateInputError("Assistant tool call function.arguments must be a JSON object.")
     return parsed
 
