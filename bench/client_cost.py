@@ -132,7 +132,8 @@ async def run_ours(urls: list[str], streams: int, requests: int, max_tokens: int
     async def one(i: int) -> int:
         prompt = Prompt(id=str(i), messages=_messages(i), tools=None, meta=None, source="bench", line=i)
         payload = orjson.dumps(build_payload(prompt, prompt.messages, settings, model=MODEL, policy=policy))
-        await endpoints[i % len(endpoints)].stream_chat(payload, max_tokens=max_tokens)  # as the run sends it
+        # as the run sends it: the stream bound and the loop stop (on by default) watch every chunk
+        await endpoints[i % len(endpoints)].stream_chat(payload, max_tokens=max_tokens, stop_loops=True)
         return 0
 
     try:
