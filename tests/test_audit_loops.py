@@ -75,7 +75,7 @@ def test_a_simulated_run_with_a_loop_share(tmp_path: Path, fleet_factory: Any) -
     fleet = fleet_factory([SimServerSpec(max_running=32, speed=50.0, extra_args=settings)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 60, with_tools_every=3)
     run = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(tmp_path / "o"),
-                      "--max-tokens", str(cap)])
+                      "--max-tokens", str(cap), "--loop-stop", "off"])
     assert run.code == 0, run.stderr[-2000:]
     code, data, stderr = audit(str(tmp_path / "o"), "--prompts", str(prompts))
     assert code == 0, (messages(data), stderr)
