@@ -20,7 +20,7 @@ from client.fleet.dispatcher import Dispatcher, DispatchSettings, Health
 from client.fleet.options import FleetConfig
 from client.fleet.startup import check_max_tokens, check_reachable, resolve_model
 from client.run.startup_fields import settle_fields
-from client.wire.endpoint import Endpoint, WireCounters
+from client.wire.endpoint import Endpoint
 
 # At start, how long to wait for a model list from endpoints that answer but are still loading.
 _MODEL_WAIT_S = 60.0
@@ -70,7 +70,7 @@ async def open_fleet(
                                     prompt_paths=prompt_paths, before_preflight=check_shape,
                                     token_ids=cfg.token_ids, note=note, train_window=train_window)
         for endpoint in endpoints:
-            endpoint.wire = WireCounters()  # the preflight's one-token replies are not the run's work
+            endpoint.count_from_here()  # the preflight's one-token replies are not the run's work
         yield Fleet(endpoints, dispatcher, shape)
     finally:
         await asyncio.gather(*(e.aclose() for e in endpoints), return_exceptions=True)

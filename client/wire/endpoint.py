@@ -98,6 +98,10 @@ class Endpoint:
                                                      post_headers={"content-type": "application/json",
                                                                    "accept": "text/event-stream"})
 
+    def count_from_here(self) -> None:
+        """Start the wire counters again from zero (what came before, e.g. the preflight, is not the run's)."""
+        self.wire = WireCounters()
+
     async def aclose(self) -> None:
         self._http.close()
 
