@@ -51,20 +51,20 @@ def audit(*args: str) -> tuple[int, dict[str, Any], str]:
 
 @pytest.mark.slow
 def test_a_truncated_segment_is_damaged_and_its_ids_are_generated_again(
-        tmp_path: Path, fleet_factory: Any, s3: S3Server) -> None:
+        tmp_path: Path, fleet_factory: Any, s3: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=16, speed=40.0,
                                          extra_args=("--mean-tokens", "150", "--tokens-per-chunk", "8"))] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 200)
-    prefix = f"s3://{BUCKET}/run"
+    prefix = f"s3://{BUCKET}/{s3_prefix}"
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--segment-mb", "0.05",
             "--s3", prefix, "--s3-endpoint-url", s3.url]
     first = run_client([*args, "--out", str(tmp_path / "a")])
     assert first.code == 0, first.stderr[-2000:]
 
-    (manifest_key,) = s3.keys(BUCKET, "run/manifests/")
+    (manifest_key,) = s3.keys(BUCKET, f"{s3_prefix}/manifests/")
     entry = max(orjson.loads(s3.get(BUCKET, manifest_key))["segments"], key=lambda e: e["records"])
-    body = s3.get(BUCKET, f"run/{entry['key']}")
-    s3.client().put_object(Bucket=BUCKET, Key=f"run/{entry['key']}", Body=body[: len(body) // 3])
+    body = s3.get(BUCKET, f"{s3_prefix}/{entry['key']}")
+    s3.client().put_object(Bucket=BUCKET, Key=f"{s3_prefix}/{entry['key']}", Body=body[: len(body) // 3])
 
     code, report, stderr = audit(prefix, "--s3-endpoint-url", s3.url, "--prompts", str(prompts))
     assert code == 1, stderr

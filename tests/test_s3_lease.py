@@ -103,14 +103,15 @@ def test_a_second_live_writer_of_one_name_is_refused(tmp_path: Path, fleet_facto
 
 @pytest.mark.slow
 def test_shards_of_a_new_count_start_at_once_after_a_kill_here(tmp_path: Path, fleet_factory: Any,
-                                                                s3: S3Server) -> None:
+                                                                s3: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=4.0, extra_args=("--mean-tokens", "60"))])
     prompts = make_prompts(tmp_path / "p.jsonl", 60)
-    common = ["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--s3", f"s3://{BUCKET}/run",
+    common = ["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--s3", f"s3://{BUCKET}/{s3_prefix}",
               "--s3-endpoint-url", s3.url, "--sync-interval", "60"]
     first = subprocess.Popen(client_command([*common, "--out", str(tmp_path / "all")]), cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: bool(s3.keys(BUCKET, "run/manifests/")), "the first writer to register", proc=first)
+    wait_until(lambda: bool(s3.keys(BUCKET, f"{s3_prefix}/manifests/")), "the first writer to register",
+               proc=first)
     first.kill()
     first.wait(timeout=30)
     shards = [subprocess.Popen(client_command([*common, "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")]),

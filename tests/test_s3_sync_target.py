@@ -46,13 +46,13 @@ def test_sync_refusal(recorded: SyncTarget | None, s3: str | None, refused: bool
 @pytest.mark.s3
 @pytest.mark.slow
 def test_resume_without_s3_after_delete_uploaded_is_refused(tmp_path: Path, fleet_factory: Any,
-                                                            s3: S3Server) -> None:
+                                                            s3: S3Server, s3_prefix: str) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=16, speed=40.0,
                                          extra_args=("--mean-tokens", "60", "--tokens-per-chunk", "8"))])
     prompts = make_prompts(tmp_path / "p.jsonl", 60)
     out = tmp_path / "out"
     local = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out)]
-    prefix = f"s3://{BUCKET}/run"
+    prefix = f"s3://{BUCKET}/{s3_prefix}"
     first = run_client([*local, "--s3", prefix, "--s3-endpoint-url", s3.url, "--delete-uploaded"])
     assert first.code == 0, first.stderr[-2000:]
     assert not list((out / "segments").glob("*.jsonl")), "every uploaded segment was deleted"

@@ -17,8 +17,8 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
     unit = "event(s)" if turns == "all" else "done"
     say(f"run {'stopped' if outcome.interrupted else 'ended'} after {format_duration(snap.elapsed_s)}: "
         f"{snap.done:,} {unit}, {snap.failed:,} failed, {snap.retries:,} retries, {snap.truncated:,} truncated "
-        f"(finish_reason length), {snap.loops_stopped:,} stopped as loops, {snap.completion_tokens:,} completion "
-        "tokens")
+        f"(finish_reason length), {snap.completion_tokens:,} completion tokens"
+        + (f", {snap.loops_stopped:,} stopped as loops" if snap.loops_stopped else ""))
     if turns == "all":
         worked = counts.yielded
         say(f"conversations: inputs {counts.records:,} = worked on {worked:,} + already-finished "
