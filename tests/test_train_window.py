@@ -132,3 +132,33 @@ def test_the_room_is_the_window_minus_the_prompt_never_above_max_tokens(window: 
     shape = RequestShape("m", SamplingSettings(max_tokens=max_tokens), FieldPolicy.everything())
     assert shape.payload(PROMPT, PROMPT.messages, 0, cut.max_tokens)["max_tokens"] == room
     assert shape.sampling["max_tokens"] == max_tokens, "the recorded sampling keeps the run's cap"
+
+
+def test_a_server_that_cannot_count_is_counted_here_with_the_tokenizer(tmp_path: Path, servers: Any) -> None:
+    """--tokenizer DIR: for a server of no known kind (no tokenize route), the prompt is counted on this host
+    with the model's template and tokenizer, and the request's max_tokens is the window minus that count."""
+    from client.local.chat_template import ChatTokenizer, prompt_count
+    from tests.tokenizer_fixture import tiny_tokenizer_dir
+
+    server = servers.oddserver("normal", extra=("--owned-by", "acme"))
+    prompts = make_prompts(tmp_path / "p.jsonl", 4)
+    out = tmp_path / "out"
+    window = 700
+    refused = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out),
+                          "--max-tokens", "600", "--train-window", str(window)])
+    assert refused.code == 2 and "Pass --tokenizer DIR" in refused.stderr, refused.stderr
+    result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out),
+                         "--max-tokens", "600", "--train-window", str(window),
+                         "--tokenizer", str(tiny_tokenizer_dir())])
+    assert result.code == 0, result.stderr
+    tok = ChatTokenizer.load(tiny_tokenizer_dir())
+    sent = {json.loads(r["body"])["messages"][-1]["content"]: json.loads(r["body"])["max_tokens"]
+            for r in server.log_records() if r.get("method") == "POST" and r["path"].endswith("/chat/completions")
+            and json.loads(r["body"]).get("max_tokens") != 1}
+    records = read_results(out)
+    assert len(records) == 4
+    for record in records:
+        count = prompt_count(tok, record["messages"], record.get("tools"), enable_thinking=True)
+        assert record["train_window"]["prompt_tokens"] == count
+        room = min(600, window - count)
+        assert sent[record["messages"][-1]["content"]] == record["train_window"]["max_tokens"] == room

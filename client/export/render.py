@@ -14,25 +14,12 @@ form gives it, the prompt is rendered with that form.
 
 from __future__ import annotations
 
-import copy
-import datetime
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import orjson
-from jinja2 import TemplateError
-from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Tokenizer
+from client.local.chat_template import ChatTokenizer, RenderError, template_messages
 
-from client.core.errors import ConfigError
-from prompts.tool_arguments import arguments_object
-
-
-class RenderError(ValueError):
-    """This record cannot be rendered with this template; the message says why."""
+__all__ = ["ChatTokenizer", "RenderError", "Tokens", "render_record", "template_messages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,99 +28,6 @@ class Tokens:
     completion: list[int]
     exact: bool
     tools: list[dict[str, Any]] | None = None  # re-rendered: the tools' form the prompt was rendered with
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    # Hugging Face's version: Jinja's own escapes <, > and & for HTML, which no chat template wants.
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _raise(message: str) -> None:
-    raise TemplateError(message)
-
-
-def _token_text(value: object) -> str | None:
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else None
-
-
-class ChatTokenizer:
-    """A `tokenizers` tokenizer plus the chat template and end-of-turn token of its model directory."""
-
-    def __init__(self, tokenizer: Tokenizer, template: str | None, eos: str | None, bos: str | None) -> None:
-        self.tokenizer = tokenizer
-        self.eos = eos
-        self.bos = bos
-        self._template = None
-        if template is not None:
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-            env.filters["tojson"] = _tojson
-            env.globals["raise_exception"] = _raise
-            env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-            self._template = env.from_string(template)
-
-    @classmethod
-    def load(cls, path: Path, template_path: Path | None = None) -> ChatTokenizer:
-        """From a model directory (tokenizer.json + tokenizer_config.json) or a tokenizer.json file."""
-        folder = path if path.is_dir() else path.parent
-        file = path / "tokenizer.json" if path.is_dir() else path
-        try:
-            tokenizer = Tokenizer.from_file(str(file))
-        except Exception as exc:  # the Rust side raises a bare Exception for every failure
-            raise ConfigError(f"--tokenizer {file}: cannot load: {exc}") from exc
-        config: dict[str, Any] = {}
-        config_path = folder / "tokenizer_config.json"
-        if config_path.is_file():
-            try:
-                config = orjson.loads(config_path.read_bytes())
-            except orjson.JSONDecodeError as exc:
-                raise ConfigError(f"{config_path}: not valid JSON: {exc}") from exc
-        template = config.get("chat_template")
-        if isinstance(template, list):  # named templates: the default one
-            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-            template = named.get("default") or next(iter(named.values()), None)
-        jinja_file = template_path or folder / "chat_template.jinja"
-        if jinja_file.is_file():
-            template = jinja_file.read_text()
-        elif template_path is not None:
-            raise ConfigError(f"--chat-template {template_path}: no such file")
-        return cls(tokenizer, template if isinstance(template, str) else None,
-                   _token_text(config.get("eos_token")), _token_text(config.get("bos_token")))
-
-    def encode(self, text: str) -> list[int]:
-        # Templates write their own special tokens as text, so the post-processor must not add more.
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
-
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-               add_generation_prompt: bool, enable_thinking: bool) -> str:
-        if self._template is None:
-            raise RenderError("the tokenizer has no chat template (tokenizer_config.json chat_template or "
-                              "chat_template.jinja); pass --chat-template FILE")
-        try:
-            return self._template.render(messages=messages, tools=tools or None,
-                                         add_generation_prompt=add_generation_prompt,
-                                         enable_thinking=enable_thinking, bos_token=self.bos or "",
-                                         eos_token=self.eos or "")
-        except TemplateError as exc:
-            raise RenderError(f"the chat template failed: {exc}") from exc
-
-
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as the server hands them to the template: tool-call arguments parsed into objects."""
-    out = copy.deepcopy(messages)
-    for message in out:
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                parsed = arguments_object(function["arguments"])
-                if parsed is not None:
-                    function["arguments"] = parsed
-    return out
 
 
 _SGLANG_FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading")

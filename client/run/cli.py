@@ -211,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "that prompt's exact token count (counted by the server, SGLang /v1/tokenize or "
                                "vLLM /tokenize, with its tools and thinking), never above --max-tokens; a prompt "
                                "that alone fills N is not sent (fills_window). Default: no window")
+    sampling.add_argument("--tokenizer", type=Path, metavar="DIR",
+                          help="with --train-window: the model's tokenizer.json and chat template (a model "
+                               "directory), to count prompts on this host for servers that cannot count them "
+                               "(neither SGLang nor vLLM); needs the [export] extra")
     retries.add_argument("--loop-stop", choices=("on", "off"), default="on",
                          help="on: end a reply whose tail repeats one block over and over (a thinking model's "
                               "loop) after about 2,000 characters of it, instead of paying for it until "
@@ -273,6 +277,8 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         parser.error("--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all")
     if args.sim_arg and not args.simulate:
         parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
+    if args.tokenizer is not None and args.train_window is None:
+        parser.error("--tokenizer counts prompts for --train-window: it needs --train-window N")
     if args.redo_edited and args.s3:
         parser.error("--redo-edited rewrites local segments, and with --s3 they are uploaded (never rewritten)")
     fleet = FleetConfig(
@@ -296,4 +302,4 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         shard_count=args.shard_count, segment_mb=args.segment_mb, segment_age=args.segment_age,
         max_attempts=args.max_attempts, max_requests_per_second=args.max_requests_per_second,
         max_retry_after=args.max_retry_after, grace=args.grace, loop_stop=args.loop_stop == "on",
-        train_window=args.train_window)
+        train_window=args.train_window, tokenizer=args.tokenizer)

@@ -74,6 +74,7 @@ class RunConfig:
     grace: float = 30.0
     loop_stop: bool = True
     train_window: int | None = None
+    tokenizer: Path | None = None  # --tokenizer: count prompts here for servers that cannot
 
     @property
     def segment_age_s(self) -> float:

@@ -50,6 +50,7 @@ async def open_fleet(
     note: Callable[[str], None] = _say_nothing,
     check_shape: Callable[[RequestShape], Awaitable[None]] | None = None,
     train_window: int | None = None,
+    counts_locally: bool = False,
 ) -> AsyncIterator[Fleet]:
     """ConfigError (exit 2) for anything that makes the fleet unusable, before any prompt is sent."""
     endpoints: list[Endpoint] = []
@@ -68,7 +69,8 @@ async def open_fleet(
 
         shape = await settle_fields(endpoints, answering, settings, model=model, compat=cfg.compat,
                                     prompt_paths=prompt_paths, before_preflight=check_shape,
-                                    token_ids=cfg.token_ids, note=note, train_window=train_window)
+                                    token_ids=cfg.token_ids, note=note, train_window=train_window,
+                                    counts_locally=counts_locally)
         for endpoint in endpoints:
             endpoint.count_from_here()  # the preflight's one-token replies are not the run's work
         yield Fleet(endpoints, dispatcher, shape)

@@ -10,10 +10,12 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
-from client.core.errors import ConfigError, InputError
+from client.core.errors import ConfigError, InputError, RequestRejected
 from client.core.payload import RequestShape
+from client.core.records import Prompt
 from client.core.stats import RunStats, StatsSnapshot
 from client.local.estimate_file import expected_tokens_per_prompt
 from client.local.ledger import read_done_ids
@@ -29,6 +31,7 @@ from client.run.exit_codes import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT
 from client.run.fleet_session import Fleet, open_fleet
 from client.run.metrics import MetricsServer
 from client.run.rate import RequestRate
+from client.run.retry import LocalCount
 from client.run.s3_wiring import drain, open_s3, register_s3
 from client.run.settings_gate import SettingsGate, check_sync_target
 from client.run.shard_auto import resolve_shard
@@ -39,6 +42,30 @@ from client.run.turns import TurnLedger, add_records, count_remaining_events, lo
 from client.s3.uploader import SegmentUploader, SyncReport
 
 Companion = Callable[[], Coroutine[Any, Any, None]]
+
+
+def local_counter(tokenizer: Path, enable_thinking: bool) -> LocalCount:
+    """--tokenizer DIR: count a prompt as its chat request renders, with the model's template and tokenizer."""
+    try:
+        from client.local.chat_template import ChatTokenizer, prompt_count
+    except ImportError as exc:
+        raise ConfigError(f"--tokenizer needs the [export] extra ({exc.name} is missing): pip install -e "
+                          "'.[export]'") from exc
+    from client.local.chat_template import RenderError
+
+    tok = ChatTokenizer.load(tokenizer)
+    try:
+        prompt_count(tok, [{"role": "user", "content": "hi"}], None, enable_thinking=enable_thinking)
+    except RenderError as exc:
+        raise ConfigError(f"--tokenizer {tokenizer}: {exc}") from exc
+
+    def count(prompt: Prompt, messages: list[dict[str, Any]]) -> int:
+        try:
+            return prompt_count(tok, messages, prompt.tools, enable_thinking=enable_thinking)
+        except RenderError as exc:  # this prompt only: a failed prompt, not a stopped run
+            raise RequestRejected(f"--tokenizer could not render this prompt to count it: {exc}", 0) from exc
+
+    return count
 
 
 class Run:
@@ -55,6 +82,7 @@ class Run:
         self.sink: ResultSink | None = None
         self.fleet: Fleet | None = None
         self._companions: list[Companion] = []
+        self._local_count = local_counter(cfg.tokenizer, cfg.sampling.enable_thinking) if cfg.tokenizer else None
 
     # -- prepare ---------------------------------------------------------------------------------------
 
@@ -105,7 +133,7 @@ class Run:
 
         fleet = await stack.enter_async_context(
             open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape,
-                       train_window=cfg.train_window))
+                       train_window=cfg.train_window, counts_locally=self._local_count is not None))
         self.stats.track(len(fleet.endpoints))
         self.fleet = fleet
         await gate.record(paths)
@@ -139,7 +167,7 @@ class Run:
             retry=RetryPolicy(max_attempts=cfg.max_attempts, max_retry_after_s=cfg.max_retry_after),
             grace_s=cfg.grace, rotate_check_s=min(5.0, max(0.2, cfg.segment_age_s / 5)), turns=cfg.turns,
             rate=RequestRate(cfg.max_requests_per_second) if cfg.max_requests_per_second else None,
-            stop_loops=cfg.loop_stop, train_window=cfg.train_window)
+            stop_loops=cfg.loop_stop, train_window=cfg.train_window, local_count=self._local_count)
         swarm = Swarm(fleet, self.source, self.sink, self.stats, settings, ledger=ledger)
         if self.uploader is not None:
             self.uploader.failed_count = lambda: self.stats.failed

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,9 @@ from client.core.stats import RunStats
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
 from client.run.rate import RequestRate
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
+
+# --tokenizer DIR: a prompt's token count by the model's own chat template and tokenizer, on this host.
+LocalCount = Callable[[Prompt, list[dict[str, Any]]], int]
 
 # Five minutes: longer than any rate-limit window an inference server or gateway announces in practice,
 # short enough that a bogus Retry-After cannot stall a prompt for hours.
@@ -87,7 +91,7 @@ def _retryable(error: BaseException) -> bool:
 class Generator:
     def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, shape: RequestShape, retry: RetryPolicy,
                  stopping: asyncio.Event, rate: RequestRate | None = None, stop_loops: bool = False,
-                 train_window: int | None = None) -> None:
+                 train_window: int | None = None, local_count: LocalCount | None = None) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
         self.shape = shape
@@ -97,6 +101,7 @@ class Generator:
         self.stopping = stopping
         self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.core.repetition)
         self.train_window = train_window  # --train-window: max_tokens = the window minus the prompt's count
+        self.local_count = local_count  # --tokenizer: counts prompts for servers that cannot count them
         self._backoff = wait_exponential_jitter(multiplier=retry.initial_backoff_s, max=retry.max_backoff_s,
                                                 jitter=retry.jitter_s)
 
@@ -164,9 +169,13 @@ class Generator:
     async def _window(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
                       size: int) -> WindowCut:
         path = self.shape.count_path(endpoint.index)
-        if path is None:  # refused at start (client.run.startup_fields); a guard, not a path
+        if path is not None:
+            counted = await endpoint.count_prompt(path, orjson.dumps(self.shape.count_request(prompt, messages)))
+        elif self.local_count is not None:
+            # Rendering and encoding a long prompt takes milliseconds: off the event loop.
+            counted = await asyncio.to_thread(self.local_count, prompt, messages)
+        else:  # refused at start (client.run.startup_fields); a guard, not a path
             raise RuntimeError(f"{endpoint.url} cannot count prompt tokens")
-        counted = await endpoint.count_prompt(path, orjson.dumps(self.shape.count_request(prompt, messages)))
         room = size - counted
         if room < 1:
             raise FillsWindow(f"the prompt alone is {counted} tokens on {endpoint.url}, the training window "

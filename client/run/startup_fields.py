@@ -31,7 +31,8 @@ def _check_counting(endpoints: Sequence[Endpoint], shape: RequestShape, window: 
     if cannot:
         raise ConfigError(f"--train-window {window} needs every server to count a prompt's tokens as it renders "
                           f"it (SGLang /v1/tokenize, vLLM /tokenize); {', '.join(cannot)} is neither SGLang nor "
-                          "vLLM (or was not ready at start in a mixed fleet). Leave those endpoints out, pass "
+                          "vLLM (or was not ready at start in a mixed fleet). Pass --tokenizer DIR (the model's "
+                          "tokenizer and chat template) to count on this host, leave those endpoints out, pass "
                           "--compat sglang|vllm if they are one, or run without --train-window.")
 
 
@@ -70,7 +71,7 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
                         prompt_paths: Sequence[Path],
                         before_preflight: Callable[[RequestShape], Awaitable[None]] | None = None,
                         token_ids: str = "auto", note: Callable[[str], None] = say,
-                        train_window: int | None = None) -> RequestShape:
+                        train_window: int | None = None, counts_locally: bool = False) -> RequestShape:
     """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight; the settled RequestShape.
     Raises ConfigError (exit 2) on a refusal, before any prompt is sent. `before_preflight` sees the shape
     before any request is sent (the run's settings check)."""
@@ -82,7 +83,7 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
     shape = RequestShape(model, settings, policy,
                          tuple(id_request(e.url, effective[e.url], token_ids, policy) for e in endpoints),
                          tuple(effective[e.url].count_path for e in endpoints))
-    if train_window is not None:
+    if train_window is not None and not counts_locally:
         _check_counting(endpoints, shape, train_window)
     check_settings_fit(settings, policy)
     census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
@@ -100,7 +101,7 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
 
     results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
     if train_window is not None:
-        await _count_once(answering, shape, probe)
+        await _count_once([e for e in answering if shape.count_path(e.index) is not None], shape, probe)
     passed = sum(result.ok for result in results)
     note(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
     return shape

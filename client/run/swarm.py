@@ -41,7 +41,7 @@ from client.run.conversation import Conversation, event_id
 from client.run.fleet_session import Fleet
 from client.run.rate import RequestRate
 from client.run.result_rows import failure_record, result_record
-from client.run.retry import Abandoned, Generation, GenerationFailed, Generator, RetryPolicy
+from client.run.retry import Abandoned, Generation, GenerationFailed, Generator, LocalCount, RetryPolicy
 from client.run.turns import TurnLedger
 
 __all__ = ["RetryPolicy", "Swarm", "SwarmOutcome", "SwarmSettings"]
@@ -58,6 +58,7 @@ class SwarmSettings:
     rate: RequestRate | None = None  # --max-requests-per-second
     stop_loops: bool = False  # --loop-stop
     train_window: int | None = None  # --train-window
+    local_count: LocalCount | None = None  # --tokenizer
 
 
 @dataclass
@@ -95,7 +96,8 @@ class Swarm:
         self._producer: asyncio.Task[None] | None = None
         self.generator = Generator(dispatcher=self.dispatcher, stats=stats, shape=fleet.shape,
                                    retry=self.settings.retry, stopping=self._stopping, rate=self.settings.rate,
-                                   stop_loops=self.settings.stop_loops, train_window=self.settings.train_window)
+                                   stop_loops=self.settings.stop_loops, train_window=self.settings.train_window,
+                                   local_count=self.settings.local_count)
 
     @property
     def workers(self) -> int:
