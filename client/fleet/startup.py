@@ -21,9 +21,15 @@ def parse_endpoints(spec: str) -> list[str]:
     if spec.startswith("@"):
         path = Path(spec[1:])
         try:
-            lines = path.read_text().splitlines()
+            raw = path.read_bytes()
         except OSError as exc:
             raise ConfigError(f"--endpoints {spec}: cannot read {path}: {exc.strerror or exc}") from exc
+        try:
+            lines = raw.decode("utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            line = raw[:exc.start].count(b"\n") + 1
+            raise ConfigError(f"--endpoints {spec}: {path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+                              "write one URL per line") from None
         items = [line.split("#", 1)[0].strip() for line in lines]
         origin = str(path)
     else:

@@ -21,6 +21,7 @@ class ScanReport:
     repaired_bytes: int = 0
     corrupt_lines: int = 0
     duplicate_ids: int = 0
+    rebuilt_sidecars: int = 0  # `.ids` files that did not decode, rebuilt from their segment
 
 
 def repair_torn_tail(path: Path) -> int:
@@ -83,9 +84,13 @@ def read_done_ids(segments: Path) -> tuple[set[str], ScanReport]:
     for path in sorted(segments.glob("*.jsonl")):
         report.segments += 1
         ids_path = path.with_suffix(".ids")
+        ids: list[str] | None = None
         if ids_path.exists():
-            ids = read_ids(ids_path)
-        else:
+            try:
+                ids = read_ids(ids_path)
+            except ValueError:  # not UTF-8 or not JSON (orjson's error is a ValueError): damaged
+                report.rebuilt_sidecars += 1
+        if ids is None:
             try:
                 report.repaired_bytes += repair_torn_tail(path)
                 ids = scan_segment_ids(path, report)

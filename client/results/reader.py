@@ -20,6 +20,7 @@ import gzip
 import io
 import queue
 import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,9 +108,15 @@ def iter_lines(location: str, report: ReadReport | None = None, *,
         return
     for path in segment_files(Path(location)):
         report.segments += 1
+        start = report.lines
         try:
             with _open(path) as handle:
                 yield from _lines(handle, str(path), report)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            # A compressed segment cut short or damaged: its whole lines before the damage were read.
+            line = report.lines - start + 1
+            report.bad(LineProblem(str(path), line, f"the compressed segment is damaged or ends early ({exc}); "
+                                                    "the lines before it are read"), torn=True)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 

@@ -107,7 +107,9 @@ class Run:
         if scan.segments:
             repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
             corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
-            say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}")
+            rebuilt = (f", rebuilt {scan.rebuilt_sidecars} damaged .ids sidecar(s) from their segments"
+                       if scan.rebuilt_sidecars else "")
+            say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}{rebuilt}")
         if cfg.s3 is not None:
             self.uploader = await open_s3(cfg.s3, cfg.out, shard or Shard(0, 1), self.run_id, done_ids, stack,
                                           shard_source=shard_source)

@@ -234,11 +234,23 @@ class Connection(asyncio.Protocol):
         return self._done
 
     def abort(self) -> None:
+        """Drop the connection; whoever called it no longer awaits this request's futures."""
         self.reusable = False
         self._active = False
         self._cancel_timer()
         if self.transport is not None:
             self.transport.abort()
+        # A failure may already sit in `done` (the body failed in the same read that completed the head)
+        # while the caller was cancelled at `head`, e.g. by its endpoint going out of rotation: take it, so
+        # asyncio does not report it as never retrieved.
+        for future in (self._head, self._done):
+            if future is None:
+                continue
+            if future.done():
+                if not future.cancelled():
+                    future.exception()
+            else:
+                future.cancel()
 
     def _keep_error(self, data: bytes) -> bool:
         if self._error_room <= 0:

@@ -62,6 +62,8 @@ MODES: dict[str, str] = {
                      "without end until the client leaves",
     "strict400": "chat refuses non-standard fields with 400 {'detail': 'Unexpected fields ...'}",
     "strict422": "chat refuses non-standard fields with 422 in FastAPI validation shape",
+    "bad_event": "after the first reasoning chunk, an event whose data is not JSON (`data: {not json`), then "
+                 "one that is JSON but not an object (`data: [1, 2]`), then the rest of the stream",
     "mid_error": "a data: {'error': {...}} event after the first content chunk, then [DONE]; "
                  "non-streaming chat answers 500",
     "stall": "the stream goes silent after the first reasoning chunk until the client leaves",
@@ -363,6 +365,8 @@ class OddServer:
                 events.insert(2, "ping")
             elif self.has("drop_mid"):
                 events.insert(reasoning + 2, "drop")
+            if self.has("bad_event"):
+                events[2:2] = [b"data: {not json\n\n", b"data: [1, 2]\n\n"]
             self.generated += answer.completion_tokens
             return await reply.stream(events)
         finally:
