@@ -34,9 +34,10 @@ QUICK = RetryPolicy(max_attempts=4, initial_backoff_s=0.0, max_backoff_s=0.0, ji
 
 
 class Fixture:
-    def __init__(self, transports: list[ScriptedTransport], retry: RetryPolicy = QUICK) -> None:
+    def __init__(self, transports: list[ScriptedTransport], retry: RetryPolicy = QUICK,
+                 max_in_flight: int = 512) -> None:
         self.transports = transports
-        self.endpoints = [Endpoint(f"http://127.0.0.1:{9 + i}", index=i, max_in_flight=512, transport=t)
+        self.endpoints = [Endpoint(f"http://127.0.0.1:{9 + i}", index=i, max_in_flight=max_in_flight, transport=t)
                           for i, t in enumerate(transports)]
         self.dispatcher = Dispatcher(self.endpoints)
         for endpoint in self.endpoints:
@@ -169,8 +170,11 @@ def _prompt_file(path: Path, count: int) -> Path:
     return path
 
 
-async def test_the_swarm_writes_every_prompt_once_with_a_pool_sized_by_the_fleet(tmp_path: Path) -> None:
-    fixture = Fixture([ScriptedTransport(), ScriptedTransport(default=sse_reply("Other words here"))])
+@pytest.mark.parametrize("max_in_flight", [512, 1_000_000], ids=["default-cap", "huge-cap"])
+async def test_the_swarm_writes_every_prompt_once_with_a_pool_sized_by_the_fleet(tmp_path: Path,
+                                                                                max_in_flight: int) -> None:
+    fixture = Fixture([ScriptedTransport(), ScriptedTransport(default=sse_reply("Other words here"))],
+                      max_in_flight=max_in_flight)
     out = tmp_path / "out"
     ResultSink.prepare(out)
     sink = ResultSink(out, run_id="t")
@@ -186,8 +190,8 @@ async def test_the_swarm_writes_every_prompt_once_with_a_pool_sized_by_the_fleet
     lines = [json.loads(line) for path in sorted((out / "segments").glob("*.jsonl"))
              for line in path.read_text().splitlines()]
     assert sorted(r["id"] for r in lines) == sorted(f"q{i}" for i in range(50))
-    # 512 may be in flight per endpoint, but each can take its 32 assumed slots plus the small queue: the
-    # pool is that (2 x 36), not 1,024 parked workers.
+    # 512 (or a million) may be in flight per endpoint, but each can take its 32 assumed slots plus the
+    # small queue: the pool is that (2 x 36), not a crowd of parked workers.
     assert swarm.workers == fixture.dispatcher.worker_target() == 72
     assert sum(len(t.posts) for t in fixture.transports) == 50
 
