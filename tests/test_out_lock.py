@@ -74,25 +74,34 @@ def assert_each_once(out: Path, count: int) -> None:
 
 @pytest.mark.slow
 def test_two_clients_at_once_on_one_out(tmp_path: Path, fleet_factory: Any) -> None:
-    fleet = fleet_factory([SimServerSpec(max_running=8, speed=20.0, extra_args=FAST)] * 2)
-    prompts = make_prompts(tmp_path / "p.jsonl", 150)
+    """The second client on a live --out is refused before it sends anything. It starts once the first holds
+    the lock (read from `.lock`), and the first is slow and then stopped, so the two always overlap:
+    starting both at once let a fast first run finish before the second reached the lock."""
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=1.0, extra_args=("--mean-tokens", "400"))] * 2)
+    prompts = make_prompts(tmp_path / "p.jsonl", 60)
     out = tmp_path / "out"
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out)]
-    logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    procs = []
-    for log in logs:
-        with log.open("wb") as handle:
-            procs.append(subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=handle))
-    codes = [proc.wait(timeout=180) for proc in procs]
-    assert sorted(codes) == [0, 2], [log.read_text()[-2000:] for log in logs]
-    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    refused = logs[loser].read_text()
-    assert f"is in use by another client (host {socket.gethostname()}, pid {procs[winner].pid}, started " in refused
-    assert "servers:" not in refused and "preflight" not in refused  # nothing was sent
-    # Only the winner wrote: every segment carries its one run id, and each id is there once.
+    with (tmp_path / "a.log").open("wb") as handle:
+        first = subprocess.Popen(client_command([*args, "--grace", "0"]), cwd=REPO, stdout=subprocess.DEVNULL,
+                                 stderr=handle)
+    wait_for_records(out, 1, proc=first)  # it holds the lock and is generating
+    holder = Holder.parse((out / LOCK_FILE).read_bytes())
+    assert holder is not None and holder.pid == first.pid
+    second = run_client(args)
+    assert first.poll() is None, "the first client was still running when the second tried"
+    assert second.code == 2, second.stderr
+    assert f"is in use by another client (host {socket.gethostname()}, pid {first.pid}, started " in second.stderr
+    assert "servers:" not in second.stderr and "preflight" not in second.stderr  # nothing was sent
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=120) == 130, (tmp_path / "a.log").read_text()[-2000:]
+    # Only the first wrote: every segment carries its one run id.
     run_ids = {re.sub(r"-\d{5}$", "", path.stem) for path in (out / "segments").glob("*.jsonl")}
     assert len(run_ids) == 1
-    assert_each_once(out, 150)
+    # The rest on a fast fleet (the same model): what the first wrote is not sent again.
+    fast = fleet_factory([SimServerSpec(max_running=8, speed=20.0, extra_args=FAST)] * 2)
+    rest = run_client(["--endpoints", ",".join(fast.urls), *args[2:]], timeout=300)
+    assert rest.code == 0, rest.stderr[-2000:]
+    assert_each_once(out, 60)
 
 
 @pytest.mark.slow
