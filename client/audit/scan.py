@@ -19,8 +19,8 @@ import orjson
 
 from client.audit.accept import AcceptLengths
 from client.audit.loops import Loops
-from client.core.ids import id_hash, leading_id, line_id
-from client.core.records import prompt_sha256
+from client.core.ids import id_hash, leading_id
+from client.local.edited import prompt_digests
 from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
 from client.results.rules import (
@@ -299,22 +299,12 @@ def edited_prompts(prompt_paths: list[Path], digests: dict[int, int]) -> tuple[i
     result recorded: edited after the result was written, so the result answers the old prompt."""
     count = 0
     examples: list[str] = []
-    for path in resolve_prompt_files(prompt_paths).paths:
-        with prompt_lines(path) as handle:
-            for number, raw in enumerate(handle, start=1):
-                prompt_id = line_id(raw) if raw.strip() else None
-                if prompt_id is None or (recorded := digests.get(id_hash(prompt_id))) is None:
-                    continue
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    continue
-                if not isinstance(obj, dict):
-                    continue
-                if int(prompt_sha256(obj.get("messages"), obj.get("tools"), obj.get("meta"))[:16], 16) != recorded:
-                    count += 1
-                    if len(examples) < EXAMPLES:
-                        examples.append(f"{prompt_id} ({path}:{number})")
+    paths = resolve_prompt_files(prompt_paths).paths
+    for prompt_id, where, now in prompt_digests(paths, lambda prompt_id: id_hash(prompt_id) in digests):
+        if int(now[:16], 16) != digests[id_hash(prompt_id)]:
+            count += 1
+            if len(examples) < EXAMPLES:
+                examples.append(f"{prompt_id} ({where})")
     return count, examples
 
 

@@ -129,6 +129,15 @@ class RequestShape:
     def ids_for(self, endpoint: int) -> IdRequest:
         return self.ids[endpoint] if endpoint < len(self.ids) else _NO_IDS
 
+    def _template_kwargs(self) -> dict[str, bool] | None:
+        """`chat_template_kwargs` as the policy lets them out (None: not sent)."""
+        if "enable_thinking" not in self.sampling:
+            return None
+        kwargs = {"enable_thinking": bool(self.sampling["enable_thinking"])}
+        if self.sampling.get("preserve_thinking"):
+            kwargs["preserve_thinking"] = True
+        return kwargs
+
     def count_path(self, endpoint: int) -> str | None:
         return self.count_paths[endpoint] if endpoint < len(self.count_paths) else None
 
@@ -139,8 +148,9 @@ class RequestShape:
         request: dict[str, Any] = {"model": self.model, "messages": messages}
         if prompt.tools:
             request["tools"] = prompt.tools
-        if "enable_thinking" in self.sampling:
-            request["chat_template_kwargs"] = self.payload(prompt, messages, 0)["chat_template_kwargs"]
+        kwargs = self._template_kwargs()
+        if kwargs is not None:
+            request["chat_template_kwargs"] = kwargs
         return request
 
     def payload(self, prompt: Prompt, messages: list[dict[str, Any]], endpoint: int,
@@ -158,11 +168,9 @@ class RequestShape:
         payload.update((key, sampling[key]) for key in _TOP_LEVEL if key in sampling)
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
-        if "enable_thinking" in sampling:
+        kwargs = self._template_kwargs()
+        if kwargs is not None:
             # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
-            kwargs = {"enable_thinking": sampling["enable_thinking"]}
-            if sampling.get("preserve_thinking"):
-                kwargs["preserve_thinking"] = True
             payload["chat_template_kwargs"] = kwargs
         if prompt.tools:
             payload["tools"] = prompt.tools

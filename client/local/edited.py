@@ -71,23 +71,29 @@ def recorded_digests(records: Iterable[dict[str, object]], scan: EditedScan) -> 
     return digests
 
 
-def compare_prompts(paths: Iterable[Path], digests: dict[str, str], scan: EditedScan) -> None:
-    """Add to `scan` every prompt of `paths` whose content no longer has its recorded digest."""
+def prompt_digests(paths: Iterable[Path], wanted: Callable[[str], bool]) -> Iterator[tuple[str, str, str]]:
+    """(id, FILE:LINE, prompt_sha256 of its content) of every prompt line whose id `wanted` accepts; the id
+    is read from the raw line first, so only those lines are parsed. Bad lines are the source's to report."""
     for path in paths:
         with prompt_lines(path) as handle:
             for number, raw in enumerate(handle, start=1):
-                quick = line_id(raw) if raw.strip() else None
-                if quick is None or quick not in digests:
+                prompt_id = line_id(raw) if raw.strip() else None
+                if prompt_id is None or not wanted(prompt_id):
                     continue
                 try:
                     obj = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     continue
-                if not isinstance(obj, dict):
-                    continue
-                now = prompt_sha256(obj.get("messages"), obj.get("tools"), obj.get("meta"))
-                if now != digests.pop(quick):
-                    scan.edited.append(EditedPrompt(quick, f"{path}:{number}"))
+                if isinstance(obj, dict):
+                    yield prompt_id, f"{path}:{number}", prompt_sha256(obj.get("messages"), obj.get("tools"),
+                                                                      obj.get("meta"))
+
+
+def compare_prompts(paths: Iterable[Path], digests: dict[str, str], scan: EditedScan) -> None:
+    """Add to `scan` every prompt of `paths` whose content no longer has its recorded digest."""
+    for prompt_id, where, now in prompt_digests(paths, digests.__contains__):
+        if now != digests.pop(prompt_id):
+            scan.edited.append(EditedPrompt(prompt_id, where))
 
 
 def find_edited(prompt_paths: Iterable[Path], segments_dir: Path) -> EditedScan:
