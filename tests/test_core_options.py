@@ -1,4 +1,5 @@
-"""The shared option checkers: every bad value is a one-line argparse error, never a traceback."""
+"""The shared option checkers (argchecks, and the client's seed): every bad value is a one-line argparse
+error, never a traceback."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from client.core.options import (
+from argchecks import (
     float_in,
     non_empty_path,
     non_negative_float,
@@ -16,8 +17,9 @@ from client.core.options import (
     port_number,
     positive_float,
     positive_int,
-    seed_number,
+    share,
 )
+from client.core.options import seed_number
 
 Checker = Callable[[str], Any]
 
@@ -25,7 +27,8 @@ Checker = Callable[[str], Any]
 @pytest.mark.parametrize(("check", "text", "value"), [
     (positive_int, "1", 1), (positive_int, "512", 512), (non_negative_int, "0", 0),
     (positive_float, "0.5", 0.5), (non_negative_float, "0", 0.0), (float_in(0, 2), "2", 2.0),
-    (float_in(0, 1), "0", 0.0), (port_number, "0", 0), (port_number, "9400", 9400), (port_number, "65535", 65535),
+    (float_in(0, 1), "0", 0.0), (share, "1", 1.0), (share, "0.25", 0.25),
+    (port_number, "0", 0), (port_number, "9400", 9400), (port_number, "65535", 65535),
     (non_empty_path, "runs/first", "runs/first"), (non_empty_path, ".", "."), (non_empty_path, " ", " "),
     (seed_number, "0", 0), (seed_number, "11", 11), (seed_number, "-1", -1),
     (seed_number, "9223372036854775807", 2**63 - 1), (seed_number, "-9223372036854775808", -(2**63)),
@@ -46,6 +49,7 @@ def test_accepts(check: Checker, text: str, value: Any) -> None:
     (non_negative_float, "-0.1", "must be 0 or more, got -0.1"),
     (float_in(0, 2), "-1", "must be between 0 and 2, got -1"),
     (float_in(0, 1), "5", "must be between 0 and 1, got 5"),
+    (share, "-0.5", "must be between 0 and 1, got -0.5"),
     (port_number, "65536", "must be a port from 0 to 65535, got 65536"),
     (port_number, "-1", "must be a port from 0 to 65535, got -1"),
     (port_number, "http", "not a whole number: 'http'"),

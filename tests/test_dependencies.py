@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FIRST_PARTY = {"client", "launch", "prompts", "bench", "tests"}
+FIRST_PARTY = {"argchecks", "client", "launch", "prompts", "bench", "tests"}
 
 
 def _normal(name: str) -> str:
@@ -35,7 +35,7 @@ def declared() -> set[str]:
 def third_party_imports() -> dict[str, list[str]]:
     """Top-level module -> the files that import it."""
     found: dict[str, set[str]] = {}
-    for root in ("client", "launch", "prompts", "bench"):
+    for root in ("argchecks", "client", "launch", "prompts", "bench"):
         for path in sorted((REPO / root).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):

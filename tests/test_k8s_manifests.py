@@ -171,3 +171,13 @@ def test_validation_needs_no_network(tmp_path: Path) -> None:
            "NO_PROXY": ""}
     proc = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_the_client_image_copies_every_package_it_installs() -> None:
+    """`pip install .` in the image finds only what was copied: every package pyproject.toml includes."""
+    import tomllib
+
+    included = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = {line.split()[1] for line in (REPO / "launch" / "k8s" / "Dockerfile.client").read_text().splitlines()
+              if line.startswith("COPY ")}
+    assert {pattern.rstrip("*") for pattern in included} <= copied

@@ -28,7 +28,19 @@ def test_flags_reach_the_config() -> None:
     assert c.effective_fault_seed == 11
 
 
-@pytest.mark.parametrize("argv", [["--fail-500", "1.5"], ["--max-running", "0"], ["--reasoning-field", "x"]])
-def test_bad_values_are_refused(argv: list[str]) -> None:
-    with pytest.raises(SystemExit):
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--fail-500", "1.5"], "argument --fail-500: must be between 0 and 1, got 1.5"),
+    (["--loop-rate", "nan"], "argument --loop-rate: must be a finite number, got nan"),
+    (["--max-running", "0"], "argument --max-running: must be at least 1, got 0"),
+    (["--port", "70000"], "argument --port: must be a port from 0 to 65535, got 70000"),
+    (["--speed", "0"], "argument --speed: must be above 0, got 0"),
+    (["--step-ms", "-5"], "argument --step-ms: must be 0 or more, got -5"),
+    (["--retry-after", "-1"], "argument --retry-after: must be 0 or more, got -1"),
+    (["--reasoning-field", "x"], "argument --reasoning-field: invalid choice: 'x'"),
+])
+def test_bad_values_are_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The simulator shares the client's checkers (the argchecks package): one line that names the option."""
+    with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

@@ -18,12 +18,13 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from argchecks import float_in, positive_int
 from client.audit import loops
 from client.audit.accept import render as render_accept
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, mixed_settings, scan_results
 from client.core.errors import ConfigError, InputError
-from client.core.options import add_s3_endpoint_url, float_in, positive_int
+from client.core.options import add_s3_endpoint_url
 from client.results.reader import ReadReport
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3

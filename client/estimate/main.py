@@ -21,17 +21,11 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from argchecks import non_empty_path, non_negative_float, positive_float, positive_int
 from client.core import redact
 from client.core.errors import ConfigError, RegenError, SinkError
 from client.core.ids import line_id
-from client.core.options import (
-    DEFAULT_MAX_IN_FLIGHT,
-    add_s3_endpoint_url,
-    non_empty_path,
-    non_negative_float,
-    positive_float,
-    positive_int,
-)
+from client.core.options import DEFAULT_MAX_IN_FLIGHT, add_s3_endpoint_url
 from client.core.payload import SamplingSettings
 from client.estimate.calibrate import CalibrationRun, calibrate
 from client.estimate.measure import Measurements, measure

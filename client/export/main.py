@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
+from argchecks import float_in, positive_int
 from client.core.errors import ConfigError
-from client.core.options import add_s3_endpoint_url, float_in, positive_int
+from client.core.options import add_s3_endpoint_url
 
 EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_REFUSED = 0, 1, 2, 3
 EXIT_NOT_EXACT = EXIT_REFUSED

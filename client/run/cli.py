@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from client.core.options import (
-    DEFAULT_MAX_IN_FLIGHT,
+from argchecks import (
     float_in,
     non_empty_path,
     non_negative_float,
@@ -18,8 +17,8 @@ from client.core.options import (
     port_number,
     positive_float,
     positive_int,
-    seed_number,
 )
+from client.core.options import DEFAULT_MAX_IN_FLIGHT, seed_number
 from client.core.payload import SamplingSettings
 from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES

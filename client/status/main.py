@@ -21,8 +21,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from argchecks import positive_float
 from client.core.errors import ConfigError, InputError
-from client.core.options import add_s3_endpoint_url, positive_float
+from client.core.options import add_s3_endpoint_url
 from client.local.prompt_files import resolve_prompt_files
 from client.s3.manifest import Manifest
 from client.s3.resume import read_manifests

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from argchecks import non_negative_float, non_negative_int, port_number, positive_float, positive_int, share
 from launch.sim.config import DEFAULT_MODEL_NAME, FaultRates, SimConfig
 from launch.sim.server import serve_forever
 from launch.sim.tokens import check_dir
@@ -27,28 +28,6 @@ lone stream and ~1.6K tok/s per rank at a full batch of 64 (x tokens-per-chunk w
 Fault rates are shares of one uniform draw per request, taken in the order listed."""
 
 
-# The launcher does not depend on the client (an import-linter contract), so these checkers are its own.
-def _rate(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"rate must be in [0, 1], got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     d = SimConfig()
     f = FaultRates()
@@ -56,13 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("server")
     g.add_argument("--host", default=d.host, help="address to bind (default: %(default)s)")
-    g.add_argument("--port", type=int, default=d.port, help="port to bind; 0 picks one (default: %(default)s)")
+    g.add_argument("--port", type=port_number, default=d.port, help="port to bind; 0 picks one (default: %(default)s)")
     g.add_argument("--model-name", default=DEFAULT_MODEL_NAME,
                    help="served model name, as SGLang's --served-model-name (default: %(default)s)")
     g.add_argument("--strict-model", action="store_true",
                    help="answer 404 model_not_found to a chat request for another model; real SGLang "
                         "does not check the name and echoes it back")
-    g.add_argument("--startup-delay", type=float, default=d.startup_delay,
+    g.add_argument("--startup-delay", type=non_negative_float, default=d.startup_delay,
                    help="seconds during which /health and chat answer 503 (default: %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the reply content (default: %(default)s)")
     g.add_argument("--fault-seed", type=int, default=None,
@@ -71,41 +50,41 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["debug", "info", "warning", "error"], help="(default: %(default)s)")
 
     g = p.add_argument_group("capacity model")
-    g.add_argument("--max-running", type=_positive_int, default=d.max_running,
+    g.add_argument("--max-running", type=positive_int, default=d.max_running,
                    help="requests decoding at once per DP rank, as --max-running-requests (default: %(default)s)")
-    g.add_argument("--dp-size", type=_positive_int, default=d.dp_size, help="DP ranks (default: %(default)s)")
-    g.add_argument("--speed", type=float, default=d.speed,
+    g.add_argument("--dp-size", type=positive_int, default=d.dp_size, help="DP ranks (default: %(default)s)")
+    g.add_argument("--speed", type=positive_float, default=d.speed,
                    help="time compression; 50 makes everything 50x faster (default: %(default)s)")
-    g.add_argument("--step-ms", type=float, default=d.step_ms,
+    g.add_argument("--step-ms", type=non_negative_float, default=d.step_ms,
                    help="decode step of a lone request, ms (default: %(default)s)")
-    g.add_argument("--batch-cost", type=float, default=d.batch_cost,
+    g.add_argument("--batch-cost", type=non_negative_float, default=d.batch_cost,
                    help="extra step cost at a full batch, as a share of --step-ms (default: %(default)s)")
-    g.add_argument("--prefill-ms-per-1k", type=float, default=d.prefill_ms_per_1k,
+    g.add_argument("--prefill-ms-per-1k", type=non_negative_float, default=d.prefill_ms_per_1k,
                    help="step time added per 1000 prompt tokens admitted (default: %(default)s)")
-    g.add_argument("--tokens-per-chunk", type=_positive_int, default=d.tokens_per_chunk,
+    g.add_argument("--tokens-per-chunk", type=positive_int, default=d.tokens_per_chunk,
                    help="tokens per decode step and chunk, as with MTP (default: %(default)s)")
     g.add_argument("--random-chunk", action="store_true",
                    help="draw 1..--tokens-per-chunk tokens per step instead of a fixed count")
-    g.add_argument("--max-total-tokens", type=_positive_int, default=d.max_total_tokens,
+    g.add_argument("--max-total-tokens", type=positive_int, default=d.max_total_tokens,
                    help="KV cache capacity per rank in tokens; admission waits when full (default: %(default)s)")
 
     g = p.add_argument_group("replies")
-    g.add_argument("--mean-tokens", type=_positive_int, default=d.mean_tokens,
+    g.add_argument("--mean-tokens", type=positive_int, default=d.mean_tokens,
                    help="mean reasoning+content tokens of a thinking reply (default: %(default)s)")
-    g.add_argument("--max-gen-tokens", type=_positive_int, default=d.max_gen_tokens,
+    g.add_argument("--max-gen-tokens", type=positive_int, default=d.max_gen_tokens,
                    help="context-like cap; a reply that reaches it ends with finish_reason length "
                         "(default: %(default)s)")
-    g.add_argument("--tool-call-rate", type=_rate, default=d.tool_call_rate,
+    g.add_argument("--tool-call-rate", type=share, default=d.tool_call_rate,
                    help="share of requests with tools that answer with tool calls (default: %(default)s)")
-    g.add_argument("--loop-rate", type=_rate, default=d.loop_rate,
+    g.add_argument("--loop-rate", type=share, default=d.loop_rate,
                    help="share of replies that loop: after a normal start one passage of 12-120 word pieces "
                         "repeats (in the reasoning; in the content without thinking) until max_tokens or "
                         "--max-gen-tokens, finish_reason length; which prompts loop follows from their content "
                         "and --seed (default: %(default)s)")
-    g.add_argument("--think-tail-rate", type=_rate, default=d.think_tail_rate,
+    g.add_argument("--think-tail-rate", type=share, default=d.think_tail_rate,
                    help="share of thinking replies whose reasoning length is drawn from a heavy tail: Pareto "
                         "from --mean-tokens with exponent --think-tail-alpha (default: %(default)s, off)")
-    g.add_argument("--think-tail-alpha", type=_positive_float, default=d.think_tail_alpha,
+    g.add_argument("--think-tail-alpha", type=positive_float, default=d.think_tail_alpha,
                    help="exponent of that tail; smaller is heavier, 1.2 gives a median of 1.8x and a mean of "
                         "6x --mean-tokens before the cap (default: %(default)s)")
     g.add_argument("--reasoning-field", choices=["reasoning_content", "reasoning"], default=d.reasoning_field,
@@ -116,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a tokenizer.json and the chat template (chat_template.jinja, or tokenizer_config.json's "
                         "chat_template): prompts are rendered and counted as SGLang does, and replies carry "
                         "their ids where asked (response_token_ids, sglext input_ids/output_ids) (default: no ids)")
-    g.add_argument("--context-length", type=_positive_int, default=d.context_length,
+    g.add_argument("--context-length", type=positive_int, default=d.context_length,
                    help="SGLang's --context-length: longer prompts and larger max_tokens are refused "
                         "(default: %(default)s)")
     g.add_argument("--tool-call-parser", choices=["qwen3_coder", "qwen"], default=d.tool_call_parser,
@@ -124,16 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
 
     g = p.add_argument_group("fault injection (rates in [0, 1], per request)")
-    g.add_argument("--fail-500", type=_rate, default=f.fail_500, help="HTTP 500 before streaming")
-    g.add_argument("--fail-429", type=_rate, default=f.fail_429, help="HTTP 429 with a Retry-After header")
-    g.add_argument("--retry-after", type=int, default=f.retry_after,
+    g.add_argument("--fail-500", type=share, default=f.fail_500, help="HTTP 500 before streaming")
+    g.add_argument("--fail-429", type=share, default=f.fail_429, help="HTTP 429 with a Retry-After header")
+    g.add_argument("--retry-after", type=non_negative_int, default=f.retry_after,
                    help="Retry-After seconds of a 429 (default: %(default)s)")
-    g.add_argument("--drop-stream", type=_rate, default=f.drop_stream,
+    g.add_argument("--drop-stream", type=share, default=f.drop_stream,
                    help="send part of the reply, then abort the TCP connection")
-    g.add_argument("--stall-stream", type=_rate, default=f.stall_stream,
+    g.add_argument("--stall-stream", type=share, default=f.stall_stream,
                    help="send part of the reply, then nothing for --stall-seconds")
-    g.add_argument("--stall-seconds", type=float, default=f.stall_seconds, help="(default: %(default)s)")
-    g.add_argument("--error-event", type=_rate, default=f.error_event,
+    g.add_argument("--stall-seconds", type=non_negative_float, default=f.stall_seconds, help="(default: %(default)s)")
+    g.add_argument("--error-event", type=share, default=f.error_event,
                    help='send part of the reply, then data: {"error": ...} and end the stream')
     return p
 
