@@ -30,14 +30,16 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The full suite, engines included (a missing engine fails, never skips).
+# The full suite, engines included (a missing engine fails, never skips), on TEST_WORKERS pytest-xdist workers;
+# the tests of one engine run on one worker, which starts that engine's servers once (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: engines lint
 	@mkdir -p .cache
-	$(BIN)/pytest -q -ra --junitxml=.cache/junit.xml
+	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --junitxml=.cache/junit.xml
 
 # A few minutes, no engines: everything but the tests marked vllm, sglang or slow.
 test-fast: setup
-	$(BIN)/pytest -q -ra -m "$(FAST_MARKERS)"
+	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)"
 
 demo: setup
 	$(BIN)/python -m client.run --simulate 4 --prompts prompts/sample.jsonl --out runs/demo

@@ -60,6 +60,10 @@ S3_FIXTURES = {"s3_session", "s3_private"}
 # An engine test may be the one that builds the tiny models (up to 300 s) and starts its servers (vLLM up to
 # 180 s, SGLang up to 300 s).
 VLLM_TIMEOUT_S = 600
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). The tests of one engine share
+# session-scoped servers (and SLURM one cluster), so each engine's tests form one group and run on one
+# worker: its servers start once, not once per worker. Every other test is scheduled on its own.
+XDIST_GROUPS = ("vllm", "sglang_server", "slurm")
 
 
 def in_ci() -> bool:
@@ -74,6 +78,7 @@ def engine_missing(message: str) -> NoReturn:
     pytest.skip(f"{message}; or leave the engines out: pytest -m 'not vllm and not sglang'")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unmarked = []
     for item in items:
@@ -86,8 +91,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         engine_test = item.get_closest_marker("vllm") or item.get_closest_marker("sglang_server")
         if engine_test and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(VLLM_TIMEOUT_S))
+        groups = [name for name in XDIST_GROUPS if item.get_closest_marker(name)]
+        if len(groups) > 1:  # its worker would start a second set of the other engine's servers
+            unmarked.append(f"{item.nodeid} (carries {' and '.join(groups)}: one engine per test)")
+        elif groups:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
     if unmarked:
-        raise pytest.UsageError("tests that need an engine must carry its marker (vllm, sglang or slurm):\n  "
+        raise pytest.UsageError("tests that need an engine must carry its marker (vllm, sglang or slurm), and "
+                                "only one engine's:\n  "
                                 + "\n  ".join(unmarked))
 
 

@@ -3,10 +3,13 @@
 This module owns the cache under ``.cache/tiny-qwen3/{scripted,random}``: it runs
 tests/engines/tiny_qwen3.py with the vLLM venv's python, in parallel for both variants, and rebuilds
 a variant only when the builder or its chat template changed (a digest stamped into the model dir).
+The build holds a lock file beside the cache, so that two pytest-xdist workers (the vLLM tests and the
+SGLang tests run on different workers) never build into the same directory at once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import subprocess
@@ -40,6 +43,13 @@ def _stamp(model_dir: Path) -> str | None:
 
 def build_tiny_models(python: Path, root: Path = MODEL_CACHE) -> dict[str, Path]:
     """Both variants' dirs, building (in parallel) those that are missing or stale."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker's build finishes first; then nothing is stale
+        return _build_stale(python, root)
+
+
+def _build_stale(python: Path, root: Path) -> dict[str, Path]:
     digest = builder_digest()
     dirs = {v: root / v for v in VARIANTS}
     stale = [v for v, d in dirs.items() if _stamp(d) != digest]
