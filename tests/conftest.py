@@ -102,6 +102,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                 + "\n  ".join(unmarked))
 
 
+UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's hook, which writes each test's group into its node id
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup` a group that does not take would start an engine's servers on every worker,
+    both writing the same log files; each such test fails at once instead, saying why."""
+    if not session.config.getoption("loadgroup", False):
+        return  # not an xdist worker of a loadgroup run
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark and not item.nodeid.endswith(f"@{mark.args[0]}"):
+            item.stash[UNGROUPED] = (f"pytest-xdist did not put this test in its group {mark.args[0]!r}: this pytest "
+                                     "and pytest-xdist do not work together (see the pin in pyproject.toml)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before its fixtures start any server
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if UNGROUPED in item.stash:
+        pytest.fail(item.stash[UNGROUPED], pytrace=False)
+
+
 # -- S3 ------------------------------------------------------------------------------------------------
 
 @pytest.fixture

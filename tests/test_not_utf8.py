@@ -36,8 +36,8 @@ def results_with_a_bad_line(out: Path) -> Path:
     return segment
 
 
-def tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", f"client.{name}", *args], cwd=REPO, capture_output=True,
+def tool(name: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", f"client.{name}", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=120, check=False)
 
 
@@ -81,9 +81,11 @@ def test_status_names_the_line(tmp_path: Path) -> None:
     doc = orjson.loads(proc.stdout)
     assert doc["corrupt_lines"] == 1 and doc["prompts"] == 5
     assert doc["unreadable_examples"] == [f"{segment}:2: {PROBLEM} at byte 9 of the line (JSON lines must be UTF-8)"]
-    table = tool("status", "--out", str(tmp_path / "run"), "--prompts", str(prompts))
+    # The table wraps to the terminal: relative paths keep the line whole, whatever the temporary directory.
+    table = tool("status", "--out", "run", "--prompts", "p.jsonl", cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-3000:]
-    assert "1 unreadable line(s)" in table.stdout and f"{PROBLEM} at byte 9" in table.stdout
+    assert "1 unreadable line(s)" in table.stdout
+    assert f"run/segments/{segment.name}:2: {PROBLEM} at byte 9" in table.stdout
 
 
 def test_estimate_from_results_names_the_lines(tmp_path: Path) -> None:
@@ -98,6 +100,18 @@ def test_estimate_from_results_names_the_lines(tmp_path: Path) -> None:
     assert data["prompt_problems"] == [f"{prompts}:4: {PROBLEM} at byte 10 of the line (JSON lines must be UTF-8)"]
     assert data["unreadable_results"] == 1
     assert data["unreadable_examples"] == [f"{segment}:2: {PROBLEM} at byte 9 of the line (JSON lines must be UTF-8)"]
-    table = tool("estimate", "--from-results", str(tmp_path / "run"), "--prompts", str(prompts))
+    table = tool("estimate", "--from-results", "run", "--prompts", "p.jsonl", cwd=tmp_path)
     assert "Traceback" not in table.stderr, table.stderr[-3000:]
-    assert f"{prompts}:4: {PROBLEM}" in table.stdout and f"{segment}:2: {PROBLEM}" in table.stdout
+    assert f"p.jsonl:4: {PROBLEM}" in table.stdout and f"run/segments/{segment.name}:2: {PROBLEM}" in table.stdout
+
+
+def test_status_folds_a_long_file_line_instead_of_cutting_it(tmp_path: Path) -> None:
+    """A FILE:LINE wider than the table folds onto the next lines: every character is printed."""
+    deep = tmp_path.joinpath(*(["a-rather-long-directory-name"] * 5), "run")
+    segment = results_with_a_bad_line(deep)
+    table = tool("status", "--out", str(deep))
+    assert table.returncode == 0, table.stderr[-3000:]
+    expected = f"{segment}:2: {PROBLEM} at byte 9 of the line (JSON lines must be UTF-8)"
+    assert len(expected) > 160 and "…" not in table.stdout
+    printed = "".join(table.stdout.replace("│", " ").split())  # the folds, without the column rule and padding
+    assert "".join(expected.split()) in printed

@@ -257,7 +257,7 @@ def as_json(status: LocalStatus) -> dict[str, Any]:
 def render(status: LocalStatus) -> Table:
     table = Table(title=f"{status.out}", header_style="bold", show_edge=False, show_header=False)
     table.add_column("what", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long FILE:LINE folds onto the next line, never cut short
     table.add_row("run", status.lock.describe())
     if status.run is not None:
         settings = status.run["settings"]
