@@ -6,7 +6,8 @@ what it writes.
 Markers (declared in pyproject.toml): `vllm` and `sglang` on every test that needs that engine (a test
 using an engine's fixture without its marker is a collection error), `slow` on tests over ~5 s; `s3` is
 added here to each test that uses the S3 protocol server (fixtures `s3`, `s3_private`), and to no other.
-`make test-fast` deselects vllm, sglang and slow.
+`make test-fast` deselects vllm, sglang and slow. Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`)
+each engine's tests form one xdist group, so that its session servers start on one worker only.
 """
 
 from __future__ import annotations
