@@ -284,13 +284,16 @@ def test_answers_have_the_same_shape(servers: Servers, case: str) -> None:
 
 def test_tool_call_text_agrees_streamed_and_not(servers: Servers) -> None:
     """After thinking, content opens with the "\\n\\n" that follows </think>; the qwen tool parser strips the
-    non-streaming text before a call (qwen3_coder, the simulator's default, keeps it)."""
+    non-streaming text before a call (qwen3_coder, the simulator's default, keeps it). Streaming, the qwen
+    parser loses the text that arrives in the same increment as "<tool_call>" (Qwen25Detector jumps to it):
+    how the tokens fall into increments depends on the server's timing, so the streamed text is the whole
+    text or a prefix of it. tests/test_sim_server.py pins the simulator's loss with fixed chunks."""
     for url in (servers.real, servers.sim):
         streamed = ask(url, {"tools": [WEATHER_TOOL], "stream": True})
         whole = ask(url, {"tools": [WEATHER_TOOL]}).body["choices"][0]["message"]
         text = "".join(data["choices"][0]["delta"].get("content") or "" for data in of_kind(streamed, "content"))
-        assert text.startswith("\n\n"), url
-        assert whole["content"] == text.strip() and whole["tool_calls"], url
+        assert whole["content"] and whole["tool_calls"], url
+        assert ("\n\n" + whole["content"]).startswith(text.rstrip("\n")), (url, text, whole["content"])
 
 
 # -- token ids -------------------------------------------------------------------------------------------

@@ -195,6 +195,28 @@ async def test_tool_call_deltas_carry_valid_json_arguments() -> None:
         _check_weather_args(tc["function"]["arguments"])
 
 
+async def test_the_qwen_parser_loses_the_text_that_shares_a_chunk_with_a_call() -> None:
+    """As SGLang 0.5.23's qwen parser streams (Qwen25Detector): the text in the same increment as
+    "<tool_call>" is in no chunk, so the streamed content is a prefix of the reply's; qwen3_coder keeps it.
+    Eight tokens per chunk put a reply's last words and its call's start in one chunk."""
+    streamed: dict[tuple[str, int], tuple[str, list[str]]] = {}
+    for parser in ("qwen3_coder", "qwen"):
+        async with serving(tool_call_rate=1.0, tokens_per_chunk=8, tool_call_parser=parser) as (_, client):
+            for i in range(8):
+                msgs = [{"role": "user", "content": f"What is the weather in city number {i}?"}]
+                evs = await events(client, body(msgs, stream=True, tools=[WEATHER_TOOL]))
+                names = [tc["function"]["name"] for d in deltas(evs) for tc in d.get("tool_calls") or []
+                         if tc["function"]["name"]]
+                streamed[parser, i] = (text_of(evs, "content"), names)
+    lost = 0
+    for i in range(8):
+        (kept, calls), (cut, cut_calls) = streamed["qwen3_coder", i], streamed["qwen", i]
+        assert calls and cut_calls == calls, i
+        assert kept.startswith(cut), (i, kept, cut)
+        lost += cut != kept
+    assert lost > 0
+
+
 async def test_tool_choice_none_means_no_calls() -> None:
     async with serving(tool_call_rate=1.0) as (_, client):
         full = (await client.post("/v1/chat/completions",

@@ -74,6 +74,24 @@ async def detect_kind(endpoint: Endpoint) -> str:
     return SGLANG if is_sglang else OTHER
 
 
+# SGLang tool-call parsers whose streaming loses reply text: SGLang 0.5.23's Qwen25Detector (`qwen`, `qwen25`)
+# goes through BaseFormatDetector.parse_streaming_increment, which jumps to "<tool_call>\n" when an increment
+# holds it and returns none of the text before it in that increment. How the tokens fall into increments
+# follows the server's timing (more tokens per increment under load, and with MTP), so the loss does too.
+# qwen3_coder, the parser Qwen3.6 is served with, keeps that text.
+LOSSY_STREAMING_TOOL_PARSERS = frozenset({"qwen", "qwen25"})
+
+
+async def lossy_tool_parser(endpoint: Endpoint) -> str | None:
+    """The tool-call parser an SGLang server's `/server_info` names, when it is one that loses text streaming."""
+    try:
+        info = await endpoint.get_json("/server_info")
+    except (AttemptError, ValueError):
+        return None  # not told: nothing to warn of
+    parser = info.get("tool_call_parser") if isinstance(info, dict) else None
+    return parser if parser in LOSSY_STREAMING_TOOL_PARSERS else None
+
+
 def field_policy(compat: str, kinds: Sequence[str]) -> FieldPolicy:
     """The run's field set: forced by `--compat`, or (auto) what every detected kind takes."""
     if compat == "openai":

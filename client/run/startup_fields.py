@@ -15,7 +15,8 @@ import orjson
 from client.core.errors import AttemptError, ConfigError
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
-from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
+from client.fleet.kinds import ServerKind
+from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, lossy_tool_parser, preflight
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.local.prompt_files import prompt_lines
 from client.run.console import say
@@ -48,6 +49,16 @@ async def _count_once(answering: Sequence[Endpoint], shape: RequestShape, probe:
             raise ConfigError(f"--train-window: {endpoint.url}{path} did not count the preflight prompt's tokens "
                               f"({exc}); nothing was sent. Run without --train-window, or use a server that "
                               "answers it (SGLang 0.5.23, vLLM).") from exc
+
+
+async def _warn_of_lossy_tool_parsers(sglang: Sequence[Endpoint], note: Callable[[str], None]) -> None:
+    parsers = await asyncio.gather(*(lossy_tool_parser(e) for e in sglang))
+    for endpoint, parser in zip(sglang, parsers, strict=True):
+        if parser is not None:
+            note(f"warning: {endpoint.url} runs --tool-call-parser {parser}, which streaming loses the reply text "
+                 "that arrives in the same chunk as a tool call's start (SGLang 0.5.23): `content` before a call "
+                 "may end early; the token ids (--token-ids) stay whole. Serve Qwen3.6 with --tool-call-parser "
+                 "qwen3_coder, which keeps it (the launcher's default).")
 
 
 def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
@@ -93,6 +104,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
     if before_preflight is not None:
         await before_preflight(shape)
     tools = await asyncio.to_thread(first_tools, list(prompt_paths))
+    if tools:
+        await _warn_of_lossy_tool_parsers([e for e in answering if kinds.get(e.url) == ServerKind.SGLANG], note)
     probe = Prompt(id="preflight", messages=[{"role": "user", "content": PREFLIGHT_MESSAGE}], tools=tools,
                    meta=None, source="preflight", line=0)
 

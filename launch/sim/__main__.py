@@ -99,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SGLang's --context-length: longer prompts and larger max_tokens are refused "
                         "(default: %(default)s)")
     g.add_argument("--tool-call-parser", choices=["qwen3_coder", "qwen"], default=d.tool_call_parser,
-                   help="SGLang's --tool-call-parser; qwen strips the non-streaming text before a call "
-                        "(default: %(default)s)")
+                   help="SGLang's --tool-call-parser; qwen strips the non-streaming text before a call and, "
+                        "streaming, loses the text that shares a chunk with the call's start, as SGLang 0.5.23 "
+                        "does (default: %(default)s)")
 
     g = p.add_argument_group("fault injection (rates in [0, 1], per request)")
     g.add_argument("--fail-500", type=share, default=f.fail_500, help="HTTP 500 before streaming")

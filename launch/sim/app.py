@@ -222,7 +222,8 @@ class _Call:
     async def stream(self) -> web.StreamResponse:
         cfg, req, tally = self.config, self.plan.req, self.plan.tally
         writer = wire.ChunkWriter(self.rid, self.created, req.model, cfg.reasoning_field, cfg.omit_nulls,
-                                  tool_parsing=req.tool_parsing)
+                                  tool_parsing=req.tool_parsing,
+                                  drops_text_beside_call=cfg.tool_call_parser == "qwen")
         resp: web.StreamResponse | None = None
         sent = 0
         try:

@@ -67,17 +67,29 @@ def usage(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
     }
 
 
+def _without_text_before_a_call(pieces: list[Piece]) -> list[Piece]:
+    """One increment as the qwen parser streams it: the content before a call's start in it is lost."""
+    start = next((i for i, p in enumerate(pieces) if p.phase == "tool_start"), None)
+    if start is None:
+        return pieces
+    return [p for p in pieces[:start] if p.phase != "content"] + pieces[start:]
+
+
 class ChunkWriter:
     """Builds the SSE events of one streamed completion."""
 
     def __init__(self, rid: str, created: int, model: str, reasoning_field: ReasoningField, omit_nulls: bool,
-                 tool_parsing: bool = False) -> None:
+                 tool_parsing: bool = False, drops_text_beside_call: bool = False) -> None:
         self.rid = rid
         self.created = created
         self.model = model
         self.reasoning_field = reasoning_field
         self.omit_nulls = omit_nulls
         self.tool_parsing = tool_parsing
+        # SGLang 0.5.23's qwen parser (Qwen25Detector, through BaseFormatDetector.parse_streaming_increment)
+        # jumps to "<tool_call>\n" when an increment holds it and returns none of the text before it in that
+        # increment: that text is in no chunk. qwen3_coder's cursor parser keeps it.
+        self.drops_text_beside_call = tool_parsing and drops_text_beside_call
 
     def _head(self, choices: list[Any]) -> dict[str, Any]:
         return {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
@@ -118,6 +130,8 @@ class ChunkWriter:
         """One chunk per piece. `usage` (stream_options.continuous_usage_stats) rides on each: like SGLang,
         every chunk of one decode step carries the step's running counts."""
         out: list[bytes] = []
+        if self.drops_text_beside_call:
+            pieces = _without_text_before_a_call(pieces)
         for p in pieces:
             if p.phase == "reasoning":
                 out.append(self._lean(reasoning=p.text, usage=usage))
