@@ -1,5 +1,6 @@
-"""The run's side of the preflight: detect each server's kind, settle the field policy, say it once, and
-send one request in the run's payload shape to every endpoint that answers (client.fleet.preflight)."""
+"""The run's side of the preflight: detect each server's kind, settle the field policy, say it once, warn of
+an SGLang tool-call parser that loses text when it streams, and send one request in the run's payload shape
+to every endpoint that answers (client.fleet.preflight)."""
 
 from __future__ import annotations
 
