@@ -195,7 +195,11 @@ def test_calibration_on_a_simulated_fleet(tmp_path: Path, fleet_factory: Any) ->
     assert sampled == {"chat": 40, "code": 40, "tools": 40}
     assert info["reported_slots"] == 16
     rate = data["projection"]["throughput"]
-    assert 4 <= rate["concurrency"] <= 16.5
+    # Measured on the wall clock: how full the client keeps the 16 slots depends on how busy the machine is
+    # (3.7 seen with the suite on two workers), so only its bounds are asserted here; the model's arithmetic
+    # on recorded timings is held exactly in test_from_results_projects_a_finished_run and
+    # tests/test_estimate_model.py.
+    assert 0 < rate["concurrency"] <= 16.5
     whole = data["projection"]["targets"][0]
     assert whole["prompts"] == 600
     assert whole["wall_s"]["low"] <= whole["wall_s"]["point"] <= whole["wall_s"]["high"]
