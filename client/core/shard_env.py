@@ -10,9 +10,10 @@ The scheduler places the work and restarts it; the shard index comes from what i
 
 Array indices are the shard indices, so an array is submitted as `--array=0-(N-1)`. A count given by
 `--shard-count` or `REGEN_SHARD_COUNT` always wins; without one, the array must be the whole range 0..N-1
-(`SLURM_ARRAY_TASK_MIN` 0, `MAX` = `COUNT` - 1), so that resubmitting one failed index (`--array=2`,
-an array of one task) is refused instead of quietly becoming shard 0 of 1. An array task is an array
-task even when it also runs several `srun` tasks. Every refusal says what was found and what to give.
+(`SLURM_ARRAY_TASK_MIN` 0, `MAX` = `COUNT` - 1; `COUNT` or `MAX` alone will do), so that resubmitting one
+failed index (`--array=2`, an array of one task) is refused instead of quietly becoming shard 0 of 1. An
+array task is an array task even when it also runs several `srun` tasks. Every refusal says what was found
+and what to give.
 """
 
 from __future__ import annotations
@@ -73,10 +74,12 @@ def _slurm_array(env: Mapping[str, str], task: int, given: tuple[int, str] | Non
     if given is not None:
         return _checked(task, given[0], f"SLURM array task SLURM_ARRAY_TASK_ID={task}, {given[1]}")
     count, low, high = (_int(env, f"SLURM_ARRAY_TASK_{k}") for k in ("COUNT", "MIN", "MAX"))
+    low = 0 if low is None else low
+    if count is not None and high is None:  # COUNT without MAX: the array is low..low+COUNT-1
+        high = low + count - 1
     if high is None:
         raise ShardEnvError("--shard auto: SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT nor "
                             f"SLURM_ARRAY_TASK_MAX is; give the shard count with --shard-count N or {COUNT_ENV}=N")
-    low = 0 if low is None else low
     count = high + 1 if count is None else count
     if low != 0 or high != count - 1:
         raise ShardEnvError(
