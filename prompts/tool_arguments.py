@@ -1,6 +1,6 @@
 """A tool call's `arguments` as chat templates want them: the JSON string of the OpenAI wire format parsed
 into an object. One rule for the two places that render a conversation the way the server does: the
-simulated SGLang server (launch.sim.render, which refuses what SGLang refuses) and the export's re-render
+simulated SGLang server (prompts.sglang_input, which refuses what SGLang refuses) and the export's re-render
 (client.export.render, which keeps what it cannot parse)."""
 
 from __future__ import annotations

@@ -330,7 +330,7 @@ PROMPTS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("case", list(PROMPTS), ids=list(PROMPTS))
 def test_prompt_ids_are_the_real_servers(servers: Servers, case: str) -> None:
-    """The simulator renders what SGLang hands the template (launch/sim/render.py), so the ids are equal."""
+    """The simulator renders what SGLang hands the template (prompts/sglang_input.py), so the ids are equal."""
     body = {**PROMPTS[case], "max_tokens": 1, "return_prompt_token_ids": True}
     real, sim = ask(servers.real, body), ask(servers.sim, body)
     assert real.status == 200, real.body

@@ -20,7 +20,7 @@ import pytest
 
 from client.export.render import ChatTokenizer, render_record
 from launch.sim.fleet import SimServerSpec
-from launch.sim.render import tool as sglang_tool
+from prompts.sglang_input import tool as sglang_tool
 from tests.conftest import REPO, client_command, make_prompts, read_failures, read_results, run_client, wait_for_records
 from tests.servers.harness import ServerGroup
 from tests.tokenizer_fixture import tiny_tokenizer_dir
@@ -62,7 +62,8 @@ def test_ids_on_decode_as_the_template_renders_and_export_exactly(tmp_path: Path
         assert len(record["completion_token_ids"]) == record["usage"]["completion_tokens"]
         assert len(record["prompt_token_ids"]) == record["usage"]["prompt_tokens"]
         # The ids are the template's rendering of the prompt and of reasoning + content + tool calls.
-        # SGLang renders each tool as its pydantic model dumps it (`defer_loading: null` added, launch/sim/render.py);
+        # SGLang renders each tool as its pydantic model dumps it (`defer_loading: null` added,
+        # prompts/sglang_input.py);
         # the export's re-render takes the tools as recorded, so the comparison gives it SGLang's form.
         as_served = {k: v for k, v in record.items() if k not in IDS}
         if record.get("tools"):

@@ -17,8 +17,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+# Qwen2's split regex, as transformers' `Qwen2Tokenizer` (models/qwen2/tokenization_qwen2.py) sets it.
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 TEMPLATE_PATH = Path(__file__).resolve().parent / "engines" / "qwen3_chat_template.jinja"
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -50,7 +55,14 @@ def _corpus() -> list[str]:
 def build_tokenizer(out: Path) -> Path:
     """Write tokenizer.json and tokenizer_config.json (with the chat template) into `out`."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # Exactly the normalizer and pre-tokenizer that transformers' `Qwen2Tokenizer` builds for itself: both
+    # trainers load a tokenizer with `AutoTokenizer`, which takes `tokenizer_class` from the config and
+    # swaps in that class's own pre-tokenizer. Anything else here would tokenize differently there.
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=600, min_frequency=2, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from client.core.ids import id_hash
 from client.export import fidelity
 from client.export.render import ChatTokenizer, RenderError, has_exact_ids, render_record
-from client.export.rows import Conversations, Sample, Turn, Window
+from client.export.rows import ENDED_BY_ITSELF, Conversations, Sample, Turn, Window
 from client.export.writers import open_writer
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import usage_int
@@ -39,6 +39,7 @@ class ExportOptions:
     template_check: str = "auto"  # "all" | "off"; auto: with --format specforge
     max_template_mismatch: float = 0.01  # the share of checked rows above which the export is refused
     allow_template_mismatch: bool = False
+    train_only_last_turn: bool = False  # SpecForge's data.train_only_last_turn, as the check assumes it
     row_group_size: int = 2048
 
 
@@ -50,6 +51,12 @@ class ExportReport:
     exact: int = 0
     rendered: int = 0
     dropped_truncated: int = 0
+    dropped_loops: int = 0  # replies stopped as loops (finish_reason repetition): never training data
+    unreproducible: int = 0  # specforge: replies that did not end by themselves, which the trainer would close
+    template_left_out: int = 0  # specforge: rows the trainer renders differently, left out below the refusal share
+    earlier_turns: int = 0  # --rows conversation: turns before a conversation's last, trained in no row
+    unreadable: int = 0  # result lines that are not JSON records (a torn last line is not counted)
+    malformed: int = 0  # records whose fields cannot be read as a ResultRecord's
     duplicates: int = 0
     completion_mismatch: int = 0
     prompt_mismatch: int = 0
@@ -78,7 +85,9 @@ class ExportReport:
 
     @property
     def left_out(self) -> int:
-        return self.records - self.exported - self.dropped_truncated - self.dropped_window
+        """Records neither exported nor left out by a rule the user asked for or the format has."""
+        return (self.records - self.exported - self.dropped_truncated - self.dropped_window - self.dropped_loops
+                - self.unreproducible - self.earlier_turns)
 
 
 def _check(record: dict[str, Any], prompt: list[int], completion: list[int]) -> list[tuple[str, str]]:
@@ -111,7 +120,7 @@ class _Pass:
                                                               and options.fmt == "specforge")
 
     def record(self, where: str, record: dict[str, Any]) -> None:
-        report, options = self.report, self.options
+        report = self.report
         report.records += 1
         key = id_hash(record["id"])
         if key in self.seen:
@@ -119,8 +128,29 @@ class _Pass:
             report.note("duplicate id", where, "id already exported from an earlier line; left out")
             return
         self.seen.add(key)
-        if options.drop_truncated and record.get("finish_reason") == "length":
+        try:
+            self._record(where, record)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            # A record this tool did not write as it writes them (hand-edited, or from another tool): left
+            # out and named, and the rest of the export goes on.
+            report.malformed += 1
+            report.note("malformed record", where, f"cannot be read as a result record: {type(exc).__name__}: {exc}")
+
+    def _record(self, where: str, record: dict[str, Any]) -> None:
+        report, options = self.report, self.options
+        finish = record.get("finish_reason")
+        if finish == "repetition":
+            report.dropped_loops += 1
+            return
+        if options.drop_truncated and finish == "length":
             report.dropped_truncated += 1
+            return
+        if options.fmt == "specforge" and finish not in ENDED_BY_ITSELF:
+            # SpecForge's template closes every assistant turn (`</think>`, `<|im_end|>`) and parses tool-call
+            # arguments or renders `{}`: a reply cut short would be trained on tokens the model never wrote.
+            report.unreproducible += 1
+            report.note("not ended by itself", where, f"finish_reason {finish!r}: SpecForge would close the reply with "
+                        "tokens the model never generated; left out of specforge rows (the tokenized formats keep it)")
             return
         if options.require_exact and not has_exact_ids(record):
             report.without_ids += 1
@@ -138,17 +168,11 @@ class _Pass:
             report.note(f"{kind} count mismatch", where, detail + ("" if tokens.exact else " (re-rendered)"))
         if problems and not options.keep_mismatched:
             return
-        tools = tokens.tools if not tokens.exact else record.get("tools") or None
-        if tokens.exact and self.checking:
-            verdict = fidelity.check(record, self.tok)
-            report.template.add(where, record, verdict)
-            tools = verdict.tools
-        else:
-            report.template.unchecked += 1
         report.kept_mismatched += bool(problems)
         report.exact += tokens.exact
         report.rendered += not tokens.exact
-        turn = Turn(record, tokens.prompt, tokens.completion, tools)
+        tools = tokens.tools if not tokens.exact else record.get("tools") or None
+        turn = Turn(record, tokens.prompt, tokens.completion, tools, where)
         if self.conversations is None:
             self.emit(Sample(str(record["id"]), (turn,)))
         else:
@@ -156,17 +180,40 @@ class _Pass:
             if sample is not None:
                 self.emit(sample)
 
+    def _checked(self, sample: Sample) -> Sample | None:
+        """The sample with the tools in the form the trainer must get, or None when the trainer renders it
+        differently from the server's ids and the export leaves it out."""
+        report, turn = self.report, sample.last
+        if not (self.checking and has_exact_ids(turn.record)):
+            report.template.unchecked += 1
+            return sample
+        verdict = fidelity.check(sample, self.tok, train_only_last_turn=self.options.train_only_last_turn)
+        report.template.add(turn.where, turn.record, verdict)
+        if verdict.matched:
+            return replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=verdict.tools)))
+        if self.options.fmt == "specforge" and not self.options.allow_template_mismatch:
+            report.template_left_out += len(sample.turns)
+            return None
+        return sample
+
     def emit(self, sample: Sample) -> None:
         report = self.report
+        checked = self._checked(sample)
+        if checked is None:
+            return
+        sample = checked
         verdict, input_ids, loss_mask = self.options.window.fit(sample, self.options.fmt)
+        # A conversation row trains its last turn; the turns before it are trained in their own rows only.
+        earlier = len(sample.turns) - 1
+        report.earlier_turns += earlier
         if verdict == "drop-long":
-            report.dropped_long += len(sample.turns)
+            report.dropped_long += 1
             return
         if verdict == "drop-unsupervised":
-            report.dropped_unsupervised += len(sample.turns)
+            report.dropped_unsupervised += 1
             return
         report.cut += verdict == "cut"
-        report.exported += len(sample.turns)
+        report.exported += 1
         report.rows += 1
         report.tokens += len(input_ids)
         self.writer.add(sample, input_ids, loss_mask)
@@ -177,6 +224,15 @@ class _Pass:
             self.report.unfinished_conversations = len(rest)
             for sample in rest:
                 self.emit(sample)
+
+    def read(self, reading: ReadReport) -> None:
+        """Lines that were not records: damage the user must hear of (a torn last line is a write the crash
+        cut short, regenerated on resume, so it is not counted)."""
+        self.report.unreadable = reading.corrupt + len(reading.damaged)
+        for problem in [*reading.examples, *reading.damaged]:
+            if problem.problem.startswith("torn"):
+                continue
+            self.report.note("unreadable line", f"{problem.where}:{problem.line}", problem.problem)
 
     def refused_by_template(self) -> bool:
         template = self.report.template
@@ -193,9 +249,11 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
     run = _Pass(tok, part, options)
     finished = False
     try:
-        for item, record in iter_records(location, ReadReport(), s3_endpoint_url=s3_endpoint_url):
+        reading = ReadReport()
+        for item, record in iter_records(location, reading, s3_endpoint_url=s3_endpoint_url):
             run.record(f"{item.where}:{item.line}: {record['id']}", record)
         run.finish()
+        run.read(reading)
         run.report.template_refused = run.refused_by_template()
         finished = not run.report.without_ids and not run.report.template_refused
     finally:

@@ -7,17 +7,19 @@ chat template and tokenizes the whole text in one pass (`specforge/data/parse.py
 rendered the prompt with, the trainer's tokens (and so its loss mask) silently drift from the target
 model's own output, a known cause of a drafter whose acceptance is mysteriously low.
 
-For every record with the server's exact ids, this module renders the row the way the trainer will (the
-request's messages plus the generated assistant turn as the `specforge` row holds them, tool-call
-arguments parsed into objects as SpecForge's `_sanitize_message` does; `enable_thinking` as the request
-sent it, which Qwen's templates read only for the generation prompt, not rendered here) and compares the
-tokens with `prompt_token_ids +
-completion_token_ids`. A row matches when the trainer's tokens begin with the server's: what the template
-adds after the model's last token (the newline after `<|im_end|>`, the `</think>` that closes a reply cut
-by max_tokens) was never generated, so it is not compared. For a mismatch it gives the first differing
-position and a short decoded context on both sides, token by token: the same text split into other
-tokens (a tokenizer whose pre-tokenizer parts `\n\n` from the word after it in one pass but not at the
-end of a prompt) is a mismatch too, since the trainer trains on its own split.
+For every row with the server's exact ids, this module computes what SpecForge trains on for the
+`specforge` row the export writes, with the trainer's own rules (`client.export.specforge_parse`, held
+to the installed SpecForge by a test): its messages sanitized as `_sanitize_message` does (tool-call
+arguments that do not parse become `{}`), rendered at once with the template, tokenized in one pass, and
+its loss mask from the `qwen3.5` assistant spans. The row matches when (1) the trainer's tokens begin
+with the server's `prompt_token_ids + completion_token_ids`, (2) its loss mask is 0 on the prompt and 1
+on every generated token, and (3) nothing past the reply is supervised, unless the model ended its turn
+there (the newline the template writes after `<|im_end|>` is then supervised, as in every SpecForge row).
+A reply cut by max_tokens or stopped as a loop fails (3): the template closes it with tokens the model
+never generated, so the export leaves such replies out of `specforge` rows before the check
+(`client.export.build`). For a mismatch the report gives the first differing position, what differs, and
+a short decoded context on both sides, token by token: the same text split into other tokens is a
+mismatch too, since the trainer trains on its own split.
 
 Tools: SGLang renders each tool as its pydantic model dumps it (`"defer_loading": null` added,
 `render.sglang_tool`), so a trainer given the tools as the request sent them renders a different system
@@ -27,11 +29,12 @@ the export writes the tools in that form, so that the trainer renders what the s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from client.export.render import ChatTokenizer, RenderError, sglang_tool, template_messages, thinking_on
-from client.export.rows import Sample, Turn, conversation
+from client.export.render import ChatTokenizer, RenderError, sglang_tool
+from client.export.rows import Sample, specforge_line
+from client.export.specforge_parse import TrainerRow, trainer_row
 
 CONTEXT_TOKENS = 8  # decoded each side of the first differing position
 MAX_EXAMPLES = 10
@@ -48,6 +51,7 @@ class Verdict:
     server: tuple[str, ...] = ()
     trainer: tuple[str, ...] = ()
     error: str = ""
+    reason: str = ""  # what differs when the tokens agree (the loss mask), or why they differ
 
 
 def first_difference(server: list[int], trainer: list[int]) -> int:
@@ -59,38 +63,57 @@ def first_difference(server: list[int], trainer: list[int]) -> int:
     return -1
 
 
-def render_row(record: dict[str, Any], tok: ChatTokenizer, tools: list[dict[str, Any]] | None) -> list[int]:
-    """The trainer's tokens for this record's row: the conversation as the `specforge` row writes it, its
-    tool-call arguments parsed (SpecForge's `_sanitize_message`), rendered and tokenized at once."""
-    written = conversation(Sample(str(record.get("id")), (Turn(record, [], [], tools),)))
-    text = tok.render(template_messages(written), tools, add_generation_prompt=False,
-                      enable_thinking=thinking_on(record))
-    return tok.encode(text)
+def _verdict_for(server: list[int], prompt_length: int, row: TrainerRow, ends_turn: bool) -> tuple[int, str]:
+    """(-1, "") when the trainer trains exactly on what the server generated; else the first position that
+    differs and what differs there."""
+    position = first_difference(server, row.input_ids)
+    if position >= 0:
+        return position, ""
+    supervised_prompt = next((i for i in range(prompt_length) if row.loss_mask[i]), -1)
+    if supervised_prompt >= 0:
+        return supervised_prompt, "the trainer supervises a token of the prompt, which the model did not generate here"
+    unsupervised = next((i for i in range(prompt_length, len(server)) if not row.loss_mask[i]), -1)
+    if unsupervised >= 0:
+        return unsupervised, "the trainer gives a generated token no loss"
+    beyond = next((i for i in range(len(server), len(row.input_ids)) if row.loss_mask[i]), -1)
+    if beyond >= 0 and not ends_turn:
+        return beyond, "the trainer supervises tokens past the reply's last one, which the model never generated"
+    return -1, ""
 
 
-def check(record: dict[str, Any], tok: ChatTokenizer) -> Verdict:
-    """Compare the trainer's rendering of `record` with the server's exact ids (the record must have them)."""
-    server = [*record["prompt_token_ids"], *record["completion_token_ids"]]
+def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = False) -> Verdict:
+    """Compare what SpecForge trains on for `sample`'s `specforge` row with the server's exact ids of its
+    last turn (which must have them): the tokens must begin with the server's, the loss mask must be 0 on
+    the prompt and 1 on every generated token, and nothing past the reply may be supervised unless the
+    model ended its turn there (the newline the template writes after the end-of-turn token)."""
+    turn = sample.last
+    record = turn.record
+    server = [*turn.prompt, *turn.completion]
     recorded = record.get("tools") or None
     forms: list[list[dict[str, Any]] | None] = [recorded]
     if recorded:
         forms.append([sglang_tool(t) if isinstance(t, dict) else t for t in recorded])
-    first: tuple[int, list[int]] | None = None
+    ends_turn = bool(tok.eos) and bool(turn.completion) and tok.decode(turn.completion[-1:]) == tok.eos
+    first: tuple[int, str, list[int]] | None = None
     for tools in forms:
+        line = specforge_line(replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=tools))))
         try:
-            trainer = render_row(record, tok, tools)
+            row = trainer_row(tok, line["conversations"], tools, train_only_last_turn=train_only_last_turn)
         except RenderError as exc:
             return Verdict(False, recorded, error=str(exc))
-        position = first_difference(server, trainer)
+        position, why = _verdict_for(server, len(turn.prompt), row, ends_turn)
         if position < 0:
             return Verdict(True, tools)
+        if row.emptied_arguments:
+            why = (f"SpecForge replaces {row.emptied_arguments} tool call(s)' arguments that do not parse as JSON "
+                   "with {}" + (f"; {why}" if why else ""))
         if first is None:
-            first = (position, trainer)
+            first = (position, why, row.input_ids)
     assert first is not None
-    position, trainer = first
+    position, why, trainer = first
     low = max(0, position - CONTEXT_TOKENS)
     return Verdict(False, recorded, position, pieces(tok, server[low:position + CONTEXT_TOKENS]),
-                   pieces(tok, trainer[low:position + CONTEXT_TOKENS]))
+                   pieces(tok, trainer[low:position + CONTEXT_TOKENS]), reason=why)
 
 
 def pieces(tok: ChatTokenizer, ids: list[int]) -> tuple[str, ...]:
@@ -124,8 +147,9 @@ class FidelityReport:
             if verdict.error:
                 self.examples.append(f"{where}: {verdict.error}")
             else:
-                self.examples.append(f"{where}: first difference at token {verdict.position}: server "
-                                     f"{list(verdict.server)!r}, trainer's template {list(verdict.trainer)!r}")
+                what = f"{verdict.reason}; " if verdict.reason else ""
+                self.examples.append(f"{where}: {what}first difference at token {verdict.position}: server "
+                                     f"{list(verdict.server)!r}, trainer {list(verdict.trainer)!r}")
 
     def summary(self) -> dict[str, Any]:
         return {"checked": self.checked, "matched": self.matched, "mismatched": self.mismatched,

@@ -63,8 +63,11 @@ prompt included, as SpecForge and speculators cut it (--over-length cut), or dro
 left with fewer supervised tokens than the trainer keeps is dropped, as the trainer drops it.
 
 exit codes:
-  0  every record was exported (apart from those --drop-truncated or --max-length was asked to drop)
-  1  OUT was written, but some records were left out or kept despite a mismatch; the report says which
+  0  every record was exported, apart from those left out by a rule: --drop-truncated, --max-length,
+     loops (finish_reason repetition, never exported) and, for --format specforge, replies that did not
+     end by themselves
+  1  OUT was written, but some records were left out or kept despite a mismatch, or some result lines
+     could not be read; the report says which
   2  bad options, unreadable results or tokenizer, OUT cannot be written, OUT is inside the run's
      directory or an existing file that is not a previous export, or the export extra is not installed
   3  refused, OUT not written: --require-exact-ids and some records carry no server token ids (they
@@ -115,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-template-mismatch", action="store_true",
                         help="write OUT however many rows the trainer's template renders differently "
                              "(still reported)")
+    parser.add_argument("--train-only-last-turn", action="store_true",
+                        help="--format specforge: the trainer is run with data.train_only_last_turn: true; the "
+                             "template check then judges the loss mask as SpecForge makes it with that setting")
     parser.add_argument("--row-group-size", type=positive_int, default=2048, metavar="N",
                         help="rows per parquet row group (default: %(default)s)")
     add_s3_endpoint_url(parser)
@@ -172,7 +178,8 @@ def _options(args: argparse.Namespace) -> Any:
                          drop_truncated=args.drop_truncated, keep_mismatched=args.keep_mismatched,
                          require_exact=args.require_exact_ids, template_check=args.template_check,
                          max_template_mismatch=args.max_template_mismatch,
-                         allow_template_mismatch=args.allow_template_mismatch, row_group_size=args.row_group_size)
+                         allow_template_mismatch=args.allow_template_mismatch,
+                         train_only_last_turn=args.train_only_last_turn, row_group_size=args.row_group_size)
 
 
 def _print_template(report: Any, args: argparse.Namespace) -> None:
@@ -184,8 +191,8 @@ def _print_template(report: Any, args: argparse.Namespace) -> None:
                   "re-rendered), nothing to compare the trainer's template with", file=sys.stderr)
         return
     print(f"template check: {template.matched:,} of {template.checked:,} row(s) with server ids "
-          f"({template.matched / template.checked:.2%}) render to the server's tokens exactly with the trainer's "
-          f"template" + (f" ({template.sglang_tools:,} with the tools as SGLang renders them, written so)"
+          f"({template.matched / template.checked:.2%}) are trained by SpecForge exactly on the server's tokens "
+          f"with this template" + (f" ({template.sglang_tools:,} with the tools as SGLang renders them, written so)"
                          if template.sglang_tools else ""), file=sys.stderr)
     for example in template.examples:
         print(f"  {example}", file=sys.stderr)
@@ -238,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_REFUSED
     if report.template_refused:
         template = report.template
-        print(f"error: the trainer's chat template renders {template.mismatched:,} of {template.checked:,} row(s) "
+        print(f"error: SpecForge would train on {template.mismatched:,} of {template.checked:,} row(s) "
               f"({template.mismatch_share:.2%}) differently from the server's tokens, more than "
               f"--max-template-mismatch {args.max_template_mismatch:g}; {args.out} was not written. Train with the "
               "serving template (--chat-template FILE is the one checked), or pass --allow-template-mismatch.",
@@ -254,11 +261,39 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"dropped as truncated {report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, "
           f"prompt {report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
           f"{report.failed:,}; duplicate ids {report.duplicates:,}{window}", file=sys.stderr)
-    if report.unfinished_conversations:
-        print(f"note: {report.unfinished_conversations:,} conversation(s) have no final turn (`!`) in the results; "
-              "written with the turns there are", file=sys.stderr)
+    for line in _notes(report):
+        print(line, file=sys.stderr)
     if report.completion_mismatch and report.completion_mismatch >= max(1, report.records // 2):
         print("most re-rendered rows disagree with the server's counts: is --tokenizer the served model's "
               "tokenizer, with its chat template?", file=sys.stderr)
-    trouble = report.left_out or report.kept_mismatched
+    trouble = report.left_out or report.kept_mismatched or report.unreadable
     return EXIT_DROPPED if trouble else EXIT_OK
+
+
+def _notes(report: Any) -> list[str]:
+    """One line for each kind of record the export left out by its own rules, or could not read."""
+    notes = []
+    if report.dropped_loops:
+        notes.append(f"note: {report.dropped_loops:,} reply(ies) stopped as loops (finish_reason repetition) are left "
+                     "out: a loop is not training data")
+    if report.unreproducible:
+        notes.append(f"note: {report.unreproducible:,} reply(ies) that did not end by themselves (cut by max_tokens) "
+                     "are left out of the specforge rows: SpecForge would close them with tokens the model never "
+                     "generated; --format specforge-tokenized keeps them as generated")
+    if report.template_left_out:
+        notes.append(f"note: {report.template_left_out:,} row(s) that SpecForge would train on differently from the "
+                     "server's tokens are left out (the template check above names them)")
+    if report.earlier_turns:
+        notes.append(f"note: {report.earlier_turns:,} turn(s) before their conversation's last are in no conversation "
+                     "row: the server generated each later turn without their reasoning, so one row cannot train "
+                     "both; --rows turn writes every turn as its own row")
+    if report.unfinished_conversations:
+        notes.append(f"note: {report.unfinished_conversations:,} conversation(s) have no final turn (`!`) in the "
+                     "results; written with the turns there are")
+    if report.unreadable:
+        notes.append(f"warning: {report.unreadable:,} result line(s) could not be read as records (named above); "
+                     "they are not in OUT")
+    if report.malformed:
+        notes.append(f"warning: {report.malformed:,} record(s) could not be read as result records (named above); "
+                     "they are not in OUT")
+    return notes

@@ -37,7 +37,7 @@ def sglang_tool(raw: dict[str, Any]) -> dict[str, Any]:
     """A tool as SGLang hands it to the template: `Tool.model_dump()` of its OpenAI layer
     (`python/sglang/srt/entrypoints/openai/protocol.py`): the function as the client wrote it (unknown keys
     dropped, `description: null` added when left out), then `"defer_loading": null` beside it. The same rule
-    as the simulator's (`launch/sim/render.py`), which a test holds to the real server."""
+    as the simulator's (`prompts/sglang_input.py`), which a test holds to the real server."""
     function = raw.get("function")
     function = function if isinstance(function, dict) else {}
     data: dict[str, Any] = {key: function.get(key) for key in _SGLANG_FUNCTION_FIELDS}
@@ -80,7 +80,7 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
     if not isinstance(messages, list) or not messages:
         raise RenderError("the record has no messages")
     thinking = thinking_on(record)
-    history = template_messages(messages)
+    history = template_messages(messages, tok.content_format)
     tools, prompt, prompt_ids = _served_prompt(record, tok, history, thinking)
     turn = assistant_turn(record)
     truncated = record.get("finish_reason") == "length"

@@ -43,6 +43,8 @@ TOKENIZED = ("parquet", "specforge-tokenized", "speculators")
 # The fewest supervised tokens a cut row keeps: the loss mask here is one contiguous run of 1s, so two
 # adjacent supervised tokens is two supervised tokens.
 MIN_SUPERVISED = {"parquet": 2, "specforge": 2, "specforge-tokenized": 2, "speculators": 1}
+# The finish reasons of a reply the model ended itself (its end-of-turn token, or a tool call).
+ENDED_BY_ITSELF = ("stop", "tool_calls")
 _MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
 
 
@@ -54,6 +56,7 @@ class Turn:
     prompt: list[int]
     completion: list[int]
     tools: list[dict[str, Any]] | None
+    where: str = ""  # FILE:LINE of the record, for the report
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,20 +91,14 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def conversation(sample: Sample) -> list[dict[str, Any]]:
-    """SpecForge's `conversations`: the last turn's history and the turn; with several turns, every
-    earlier assistant turn of the history gets back its own reasoning (conversation-level rows carry the
-    reasoning of every turn, as `expand_reasoning_conversations.py` expects its input)."""
+    """SpecForge's `conversations` for a row: the last turn's history exactly as it was sent (the model's
+    earlier turns without their reasoning, unless the run preserved it) and the turn. Earlier turns are
+    not given back their reasoning: the server generated the last turn without it, and a row that shows it
+    would train the last turn on a context the model never saw (and SpecForge can supervise only one of
+    the two). A conversation row therefore trains its last turn; every turn is trained in its own row with
+    `--rows turn`."""
     last = sample.last.record
     messages = [_message(m) for m in last.get("messages") or [] if isinstance(m, dict)]
-    # The k-th assistant turn of a --turns all history is the model's turn k; a turn left out of the
-    # export (a count mismatch, say) keeps the history's form.
-    earlier = {turn.record.get("turn"): turn.record for turn in sample.turns[:-1]}
-    assistant = 0
-    for index, message in enumerate(messages):
-        if message["role"] == "assistant":
-            assistant += 1
-            if assistant in earlier:
-                messages[index] = assistant_turn(earlier[assistant])
     return [*messages, assistant_turn(last)]
 
 

@@ -19,6 +19,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from client.core.errors import ConfigError
+from prompts.sglang_input import content_format, template_content
 from prompts.tool_arguments import arguments_object
 
 
@@ -50,6 +51,8 @@ class ChatTokenizer:
         self.eos = eos
         self.bos = bos
         self._template = None
+        # How SGLang hands content-part lists to this template: joined text, or text parts it loops over.
+        self.content_format = content_format(template) if template is not None else "string"
         if template is not None:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
             env.filters["tojson"] = _tojson
@@ -106,10 +109,14 @@ class ChatTokenizer:
             raise RenderError(f"the chat template failed: {exc}") from exc
 
 
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as the server hands them to the template: tool-call arguments parsed into objects."""
+def template_messages(messages: list[dict[str, Any]], content_format: str = "string") -> list[dict[str, Any]]:
+    """Messages as the server hands them to the template: content-part lists flattened as SGLang flattens
+    them for a template of this content format (`prompts.sglang_input`), tool-call arguments parsed into
+    objects."""
     out = copy.deepcopy(messages)
     for message in out:
+        if isinstance(message.get("content"), list):
+            message["content"] = template_content(str(message.get("role", "")), message["content"], content_format)
         for call in message.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
@@ -122,5 +129,6 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def prompt_count(tok: ChatTokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                  enable_thinking: bool) -> int:
     """The prompt's token count as the chat request renders it (with the generation prompt)."""
-    text = tok.render(template_messages(messages), tools, add_generation_prompt=True, enable_thinking=enable_thinking)
+    text = tok.render(template_messages(messages, tok.content_format), tools, add_generation_prompt=True,
+                      enable_thinking=enable_thinking)
     return len(tok.encode(text))

@@ -1,7 +1,7 @@
 """HTTP routes of the simulated server (aiohttp): chat completions, health, load and metrics views.
 
 A chat request is read and checked as SGLang reads it (launch.sim.request), its prompt counted (with
-`--tokenizer`, rendered and tokenized as SGLang does: launch.sim.render, launch.sim.tokens), then generated
+`--tokenizer`, rendered and tokenized as SGLang does: prompts.sglang_input, launch.sim.tokens), then generated
 by the capacity model and written in SGLang 0.5.23's wire shapes (launch.sim.wire). Like SGLang, a stream's
 HTTP headers go out only with its first generated token, so time in the queue shows up as time to first
 byte. Token ids, MTP and prefix-cache figures come in `sglext` as `serving_chat.py` places them: at the
@@ -24,11 +24,11 @@ from launch.sim import status, tokenize, wire
 from launch.sim.config import STOP_TOKEN_ID, SimConfig
 from launch.sim.engine import Engine, EngineRequest
 from launch.sim.faults import Fault, FaultInjector, FaultKind
-from launch.sim.render import TemplateInputError
 from launch.sim.replies import error, json_response, model_not_found, refused
 from launch.sim.request import ChatRequest, Refusal, bad, check_lengths, parse
 from launch.sim.script import ReplyCursor, Script, build_script
 from launch.sim.tokens import CompletionIds, SimTokenizer, cached_tokens, spec_details
+from prompts.sglang_input import TemplateInputError
 
 
 class SimState:

@@ -8,7 +8,7 @@ The checks come in SGLang's order, each answered as it answers (`python/sglang/s
 2. `openai/serving_chat.py` `_validate_request`: empty messages, `tool_choice` without its tools, an output
    cap over the context: 400 `BadRequestError`.
 3. `_convert_to_internal_request`: `return_token_ids` / `return_prompt_token_ids` / `return_meta_info` with
-   `stream: true`, and what the template preparation refuses (launch.sim.render): 400 `BadRequest`.
+   `stream: true`, and what the template preparation refuses (prompts.sglang_input): 400 `BadRequest`.
 4. `managers/tokenizer_manager.py` `_validate_one_request`: a prompt of the context length or more, a prompt
    plus `max_tokens` over it, a negative cap: 400 `BadRequestError` (also for a stream: it has not begun).
 Header opt-ins are read as `_convert_to_internal_request` reads them (`x-sglext-return-input-ids: 1`,
@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from launch.sim import render
 from launch.sim.config import SimConfig
+from prompts import sglang_input as render
 
 
 class Refusal(Exception):

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from launch.sim import render
 from launch.sim.config import STOP_TOKEN_ID
 from launch.sim.replies import error, json_response, model_not_found, refused
 from launch.sim.request import (
@@ -43,6 +42,7 @@ from launch.sim.request import (
     validation_error,
 )
 from launch.sim.script import estimated_prompt_tokens, prompt_content
+from prompts import sglang_input as render
 
 if TYPE_CHECKING:  # the app builds its state, then hands it to this route
     from launch.sim.app import SimState

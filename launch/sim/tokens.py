@@ -12,7 +12,7 @@ Shapes, from the SGLang 0.5.23 sources (`python/sglang/srt/entrypoints/openai/`)
 
 Ids need a tokenizer: `--tokenizer DIR` (a tokenizer.json, and the chat template in chat_template.jinja, as
 current transformers saves it, or in tokenizer_config.json's `chat_template`; the tests build tiny ones).
-The prompt is rendered from what SGLang gives the template (launch.sim.render). The reply is rendered the
+The prompt is rendered from what SGLang gives the template (prompts.sglang_input). The reply is rendered the
 way a model trained on the template writes it: the whole conversation with the new assistant turn (reasoning
 in `reasoning_content`, tool-call arguments as objects); the completion is the difference, ending with the
 end-of-turn token when the reply stopped by itself, cut before it when `max_tokens` cut the reply, and only
@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from launch.sim import render
+from prompts import sglang_input as render
 
 DRAFT_TOKENS = 3  # --speculative-num-steps 3 --speculative-eagle-topk 1: 3 draft tokens per verify step
 _ACCEPT_WEIGHTS = (0.2, 0.2, 0.25, 0.35)  # accepted drafts per step, 0..3

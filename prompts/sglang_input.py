@@ -1,5 +1,7 @@
 """What SGLang 0.5.23 hands to the chat template: the request's messages and tools as its OpenAI layer
-rewrites them before rendering, so the simulated prompt ids are the real server's for the same request.
+rewrites them before rendering. The simulated server renders with it, so its prompt ids are the real
+server's for the same request, and the export's re-render (`client.local.chat_template`) flattens
+content-part lists with it, as the server did.
 
 Taken from `python/sglang/srt/entrypoints/openai/serving_chat.py` (`_apply_jinja_template`,
 `_handle_last_assistant_message`, `normalize_tool_content`, `normalize_assistant_tool_call_arguments`,
@@ -80,7 +82,8 @@ def _parts_text(parts: list[Any]) -> str:
     return " ".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping) and p.get("type") == "text")
 
 
-def _content(role: str, content: Any, fmt: str) -> Any:
+def template_content(role: str, content: Any, fmt: str) -> Any:
+    """A message's content as the template gets it, for a template of content format `fmt`."""
     if content is None:
         return ""
     if not isinstance(content, list):
@@ -132,7 +135,7 @@ def message(raw: Mapping[str, Any], fmt: str) -> dict[str, Any]:
     for key in fields:
         value = role if key == "role" else raw.get(key)
         if key == "content":
-            value = _content(role, value, fmt)
+            value = template_content(role, value, fmt)
         elif key == "tool_calls" and isinstance(value, list):
             value = [tool_call(c) for c in value]
             if role == "assistant":
