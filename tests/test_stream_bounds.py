@@ -1,8 +1,11 @@
 """Every stream has a bound the server cannot defeat: a server that streams past max_tokens without
-finishing is cut off as a RunawayStream (retried), and SSE comments do not reset the idle timer.
+finishing is cut off as a RunawayStream (retried), SSE comments do not reset the idle timer, and the bytes
+of one event and of one stream, after gzip, are capped (an OversizedResponse naming the cap), so a few KiB
+of gzip cannot grow the client by gigabytes.
 
-The servers are oddserver's `runaway` and `ping_only` modes; each test waits on the client's answer,
-never on wall time (the idle timeouts only have to fire at all for the test to end).
+The servers are oddserver's `runaway` and `ping_only` modes and dribble's gzip modes (a few MiB decoded
+against caps of one or two MiB); each test waits on the client's answer, never on wall time (the idle
+timeouts only have to fire at all for the test to end).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from client.core.errors import RunawayStream, StreamStalled
+from client.core.errors import OversizedResponse, ProtocolError, RunawayStream, StreamStalled
+from client.wire.bounds import Bounds
 from client.wire.endpoint import Endpoint, token_limit
+from client.wire.sse import StreamParser
 from tests.conftest import make_prompts, read_failures, run_client
 from tests.servers import chatwire
 from tests.servers.harness import ServerGroup
@@ -61,3 +66,53 @@ def test_run_with_a_runaway_server_ends(servers: ServerGroup, tmp_path: Path) ->
     assert sorted(f["id"] for f in failures) == ["p000000", "p000001"], result.stderr
     assert {f["error_class"] for f in failures} == {"RunawayStream"}
     assert all(f["attempts"] == 2 for f in failures)
+
+
+def test_an_unterminated_event_stops_at_the_event_cap() -> None:
+    parser = StreamParser(event_bytes=1024)
+    parser.feed(b'data: {"choices": []}\n\n')  # whole events leave nothing held
+    parser.feed(b'data: {"pad": "' + b"x" * 1000)
+    with pytest.raises(OversizedResponse, match="one event passed 1 KiB"):
+        parser.feed(b"x" * 100)
+
+
+def test_a_stream_stops_at_the_stream_cap() -> None:
+    parser = StreamParser(stream_bytes=2048)
+    for _ in range(2):
+        parser.feed(b": ping" + b" " * 1000 + b"\n\n")
+    with pytest.raises(OversizedResponse, match="the stream passed 2 KiB"):
+        parser.feed(b": ping" + b" " * 1000 + b"\n\n")
+
+
+async def test_a_gzip_event_without_end_stops_at_its_cap(servers: ServerGroup) -> None:
+    # 4 MiB of one event, decoded, from a few KiB of gzip; the cap is 1 MiB.
+    server = servers.start("dribble", "--mode", "gzip_event", "--mib", "4")
+    endpoint = Endpoint(server.url, max_in_flight=1, idle_timeout=30.0, bounds=Bounds(event_bytes=1 << 20))
+    try:
+        with pytest.raises(OversizedResponse, match=r"one event passed 1 MiB \(decoded\)") as caught:
+            await endpoint.stream_chat(orjson.dumps(BODY), max_tokens=16)
+    finally:
+        await endpoint.aclose()
+    assert isinstance(caught.value, ProtocolError) and caught.value.retryable
+    assert caught.value.kind == "OversizedResponse"
+
+
+async def test_a_gzip_stream_of_padding_stops_at_its_cap(servers: ServerGroup) -> None:
+    # Small events (comments), 4 MiB of them decoded, then a whole reply; the stream's cap is 2 MiB.
+    server = servers.start("dribble", "--mode", "gzip_padding", "--mib", "4")
+    endpoint = Endpoint(server.url, max_in_flight=1, idle_timeout=30.0, bounds=Bounds(stream_bytes=2 << 20))
+    try:
+        with pytest.raises(OversizedResponse, match=r"the stream passed 2 MiB \(decoded\)"):
+            await endpoint.stream_chat(orjson.dumps(BODY), max_tokens=16)
+    finally:
+        await endpoint.aclose()
+
+
+async def test_a_gzip_stream_below_the_caps_is_whole(servers: ServerGroup) -> None:
+    server = servers.start("dribble", "--mode", "gzip_padding", "--mib", "1")
+    endpoint = Endpoint(server.url, max_in_flight=1, idle_timeout=30.0, bounds=Bounds(stream_bytes=2 << 20))
+    try:
+        completion, _ = await endpoint.stream_chat(orjson.dumps(BODY), max_tokens=16)
+    finally:
+        await endpoint.aclose()
+    assert completion.reasoning == "Thinking." and completion.finish_reason == "stop"

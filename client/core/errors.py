@@ -18,8 +18,10 @@
         │   ├── RateLimited        HTTP 429 (carries Retry-After)
         │   ├── StreamDropped      the connection ended before the stream was whole
         │   │   └── ProtocolError  the response broke HTTP/1.1 framing, or its gzip body is corrupt
-        │   │       └── RunawayStream  the stream ran well past max_tokens without finishing
-        │   ├── StreamStalled      no tokens within the idle timeout (comments and keep-alives do not count)
+        │   │       ├── RunawayStream  the stream ran well past max_tokens without finishing
+        │   │       └── OversizedResponse  an event or a body, decoded, passed the client's byte cap
+        │   ├── StreamStalled      no tokens within the idle timeout (comments and keep-alives do not count),
+        │   │                      or no whole answer within the request's total deadline
         │   ├── StreamErrorEvent   a `data: {"error": ...}` event mid-stream
         │   └── MissingTokenIds    a whole reply without the token ids --token-ids on asked for
         └── PermanentError
@@ -142,8 +144,13 @@ class RunawayStream(ProtocolError):
     finished: it ignores the limit, so the attempt is cut off instead of streaming for ever."""
 
 
+class OversizedResponse(ProtocolError):
+    """One SSE event, a whole stream or a response body held more bytes, decoded, than the client keeps
+    (client.wire.bounds): a gzip body cannot grow without end in memory. The message names the cap."""
+
+
 class StreamStalled(RetryableError):
-    pass
+    """No progress within the idle timeout, or no whole answer within the request's total deadline."""
 
 
 class StreamErrorEvent(RetryableError):

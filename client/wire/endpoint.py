@@ -5,12 +5,18 @@ Every request goes over one client.wire.transport.StreamingTransport: one keep-a
 (TLS context and proxy decision, client.wire.connect) and one path rule (client.wire.urls:
 `root + /v1/...`, `root + /health`); `url` is the base URL without credentials. `/v1/models` is parsed
 once (client.wire.models) and kept: the start-up checks read it from here instead of asking again.
+
+Every POST has a total deadline besides the idle timer, which a server trickling bytes would restart for
+ever, and a cap on the bytes it may answer (client.wire.bounds): the prompt count must be whole within
+its limit, a stream within its idle timeout plus a second per token it may generate.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,18 +25,21 @@ import orjson
 from client.core.errors import (
     AttemptError,
     ConfigError,
+    OversizedResponse,
     ProtocolError,
     RunawayStream,
     StreamDropped,
+    StreamStalled,
     error_for_status,
 )
 from client.core.records import Completion
 from client.core.repetition import RepetitionDetector
+from client.wire.bounds import Bounds, mib
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.errors_map import DOCUMENT, Step, mapped
 from client.wire.models import ModelCatalog, parse_models
 from client.wire.sse import StreamParser
-from client.wire.transport import StreamingTransport
+from client.wire.transport import GET_BODY_LIMIT, StreamingTransport, StreamResponse
 from client.wire.urls import ServerURL
 
 CHAT_PATH = "/v1/chat/completions"
@@ -74,6 +83,7 @@ class Endpoint:
         api_key: str | None = None,
         network: NetworkOptions | None = None,
         transport: StreamingTransport | None = None,
+        bounds: Bounds | None = None,
     ) -> None:
         try:
             self.server = ServerURL.parse(url)
@@ -84,6 +94,7 @@ class Endpoint:
         self.wire = WireCounters()
         self.max_in_flight = max_in_flight
         self.idle_timeout = idle_timeout
+        self.bounds = bounds or Bounds()
         self.last_error: AttemptError | None = None  # why the last health check got no answer
         self.catalog: ModelCatalog | None = None  # the last /v1/models that answered (model_catalog)
         headers = {"user-agent": "regen-swarm", "accept-encoding": "identity"}
@@ -145,14 +156,21 @@ class Endpoint:
     async def count_prompt(self, path: str, body: bytes, limit_s: float = 60.0) -> int:
         """POST a tokenize request (SGLang `/v1/tokenize`, vLLM `/tokenize`: the chat request's messages, tools
         and chat_template_kwargs) and return its `count`: the prompt's exact token count as this server
-        renders it. AttemptError as for any request; NotJSON, or ProtocolError without a count."""
+        renders it. AttemptError as for any request; NotJSON, or ProtocolError without a count. The whole
+        answer must come within `limit_s` (else StreamStalled), however the server paces its bytes."""
         pieces: list[bytes] = []
+        size = 0
 
         def keep(data: bytes) -> bool:
+            nonlocal size
+            size += len(data)
+            if size > GET_BODY_LIMIT:
+                raise OversizedResponse(f"{self.url}{path} answered over {mib(GET_BODY_LIMIT)}, the client's cap "
+                                        "on a count's body")
             pieces.append(data)
             return True
 
-        response = await self._http.post(path, body, keep, idle_timeout=limit_s)
+        response = await self._post(path, body, keep, idle_timeout=limit_s, deadline_s=limit_s)
         if response.status != 200:
             raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
         raw = b"".join(pieces)
@@ -175,9 +193,13 @@ class Endpoint:
 
     async def _stream_chat(self, body: bytes, max_tokens: int | None,
                            stop_loops: bool) -> tuple[Completion, float | None]:
-        parser = StreamParser(RepetitionDetector() if stop_loops else None)
+        bounds = self.bounds
+        parser = StreamParser(RepetitionDetector() if stop_loops else None, event_bytes=bounds.event_bytes,
+                              stream_bytes=bounds.stream_bytes)
         # Without max_tokens the server's own context length bounds the reply; only the idle timeout applies.
         limit = token_limit(max_tokens) if max_tokens is not None else sys.maxsize
+        deadline_s = bounds.stream_deadline(token_limit(max_tokens) if max_tokens is not None else None,
+                                            self.idle_timeout)
         counters = self.wire
         started = time.monotonic()
         first_output: list[float] = []
@@ -207,8 +229,8 @@ class Endpoint:
 
         try:
             try:
-                response = await self._http.post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
-                                                   expect_type="text/event-stream")
+                response = await self._post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
+                                            deadline_s=deadline_s, expect_type="text/event-stream")
             except AttemptError:
                 if parser.loop is not None:
                     return parser.stopped(LOOP_FINISH_REASON), _first(first_output)
@@ -226,6 +248,18 @@ class Endpoint:
             # The final usage corrects a count taken from chunks; tokens of a failed attempt stay counted,
             # since the server did generate them.
             counters.streamed_tokens += max(0, parser.live_tokens - counted)
+
+
+    async def _post(self, path: str, body: bytes, feed: Callable[[bytes], bool], *, idle_timeout: float,
+                    deadline_s: float | None, expect_type: str | None = None) -> StreamResponse:
+        """The transport's POST within `deadline_s` in all (None: the idle timer alone); past it, StreamStalled
+        naming the deadline, and the connection is dropped."""
+        try:
+            async with asyncio.timeout(deadline_s):
+                return await self._http.post(path, body, feed, idle_timeout=idle_timeout, expect_type=expect_type)
+        except TimeoutError:
+            raise StreamStalled(f"no whole answer from {self.url}{path} within {deadline_s:.0f}s (the request's "
+                                "total deadline; the server sends, but too slowly to finish)") from None
 
 
 def _first(values: list[float]) -> float | None:

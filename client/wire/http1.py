@@ -5,7 +5,9 @@ arrive in `data_received`, go straight into llhttp, and each body piece comes ba
 hands it to the SSE parser: no task switch, future or async generator per chunk. llhttp owns the framing:
 chunked bodies (a chunk without its CRLF is an error), Content-Length bodies, bodies that end at close
 (HTTP/1.0), interim 1xx responses (skipped: `100 Continue` is not the answer), trailers. Bodies in gzip or
-deflate are decoded incrementally (zlib); other encodings are refused with an error naming them.
+deflate are decoded incrementally (zlib), in pieces of at most `DECODE_PIECE` bytes, so a small compressed
+read cannot turn into gigabytes at once before the feed's byte cap sees it (client.wire.bounds); other
+encodings are refused with an error naming them.
 
 A non-200 body, and a 200 body whose Content-Type is not the one expected (an HTML login page from a
 misrouted proxy instead of text/event-stream), is kept (its first 16 KiB) for the error message instead
@@ -32,6 +34,8 @@ from client.core.errors import AttemptError, StreamStalled
 from client.wire.errors_map import BODY, DECODE, Step, connection_lost, translate_attempt, unsupported_encoding
 
 ERROR_BODY_LIMIT = 16384
+# The most bytes one zlib call may decode: gzip expands up to ~1000x, so a 64 KiB read could be 64 MiB.
+DECODE_PIECE = 256 * 1024
 # Takes each body piece; returns False when the piece carried no progress (the idle timer is not reset).
 Feed = Callable[[bytes], "bool | None"]
 _DECODABLE = frozenset({"gzip", "x-gzip", "deflate"})
@@ -184,12 +188,15 @@ class Connection(asyncio.Protocol):
             if self._sink(body) is not False:
                 self._last_progress = self._last_read
             return
-        try:
-            data = self._decoder.decompress(body)
-        except zlib.error as exc:
-            raise translate_attempt(exc, Step(DECODE, self.where, encoding=self._encoding)) from exc
-        if data and self._sink(data) is not False:
-            self._last_progress = self._last_read
+        decoder = self._decoder
+        while body:
+            try:
+                data = decoder.decompress(body, DECODE_PIECE)
+            except zlib.error as exc:
+                raise translate_attempt(exc, Step(DECODE, self.where, encoding=self._encoding)) from exc
+            if data and self._sink(data) is not False:
+                self._last_progress = self._last_read
+            body = decoder.unconsumed_tail
 
     def on_message_complete(self) -> None:
         if self._informational:

@@ -22,6 +22,10 @@ Exact token ids: vLLM puts `token_ids` on each choice and `prompt_token_ids` on 
 sends them once, in a chunk with no choices that carries its `sglext` object (client.wire.sglext), with the
 request's MTP figures and cache tiers beside them. Both are read only where they can be (a chunk with no
 choices is rare), so the per-chunk path does no more work for them.
+
+Memory is bounded (client.wire.bounds): the unterminated tail of an event held between reads may not pass
+`event_bytes`, and the bytes of the whole stream (after any gzip) not `stream_bytes`; passing either is an
+OversizedResponse naming the cap, so a server cannot grow the client without end, compressed or not.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import StreamDropped, StreamErrorEvent
+from client.core.errors import OversizedResponse, StreamDropped, StreamErrorEvent
 from client.core.records import Completion, ToolCall, Usage
 from client.core.repetition import Repetition, RepetitionDetector
+from client.wire.bounds import EVENT_BYTES, STREAM_BYTES, mib
 from client.wire.errors_map import EVENT, Step, translate_attempt
 from client.wire.sglext import fill_cached_tokens, int_list, output_ids, spec_from
 
@@ -55,8 +60,10 @@ class StreamParser:
         "_buffer",
         "_completion_ids",
         "_content",
+        "_event_bytes",
         "_last_tool_index",
         "_reasoning",
+        "_stream_bytes",
         "_tools",
         "done",
         "events",
@@ -66,14 +73,19 @@ class StreamParser:
         "loop",
         "model",
         "prompt_token_ids",
+        "received",
         "saw_output",
         "sglext",
         "usage",
         "watch",
     )
 
-    def __init__(self, watch: RepetitionDetector | None = None) -> None:
+    def __init__(self, watch: RepetitionDetector | None = None, *, event_bytes: int = EVENT_BYTES,
+                 stream_bytes: int = STREAM_BYTES) -> None:
         self._buffer = b""
+        self._event_bytes = event_bytes
+        self._stream_bytes = stream_bytes
+        self.received = 0  # bytes fed, after any gzip
         # The loop stop (client.core.repetition): fed the reply's text as it streams; `loop` is set once the
         # tail repeats, and the endpoint then ends the stream.
         self.watch = watch
@@ -95,6 +107,10 @@ class StreamParser:
         self.exact_count = False
 
     def feed(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.received > self._stream_bytes:
+            raise OversizedResponse(f"the stream passed {mib(self._stream_bytes)} (decoded), the client's cap on "
+                                    "one stream's bytes")
         buffer = self._buffer + data if self._buffer else data
         if b"\r" in buffer:
             buffer = _normalise(buffer)
@@ -118,6 +134,9 @@ class StreamParser:
                 self._event(buffer[start:end])
             start = end + 2
         self._buffer = buffer[start:] if start < len(buffer) else b""
+        if len(self._buffer) > self._event_bytes:
+            raise OversizedResponse(f"one event passed {mib(self._event_bytes)} (decoded) without its end, the "
+                                    "client's cap on one event's bytes")
 
     def _event(self, event: bytes) -> None:
         payload = event[6:] if event.startswith(b"data: ") and b"\n" not in event else _data_lines(event)

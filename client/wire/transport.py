@@ -21,7 +21,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from client.core.errors import ConfigError, ProtocolError, StreamDropped, StreamStalled
+from client.core.errors import ConfigError, OversizedResponse, StreamDropped, StreamStalled
 from client.wire.connect import NetworkOptions, Route, open_connection, route_for
 from client.wire.errors_map import not_event_stream, proxy_refused
 from client.wire.http1 import Connection, Feed, Headers, ResponseHead
@@ -118,7 +118,8 @@ class StreamingTransport:
             nonlocal size
             size += len(data)
             if size > GET_BODY_LIMIT:
-                raise ProtocolError(f"{self.where}{path} sent a body over {GET_BODY_LIMIT >> 20} MiB")
+                raise OversizedResponse(f"{self.where}{path} sent a body over {GET_BODY_LIMIT >> 20} MiB, the "
+                                        "client's cap on a control-plane document")
             pieces.append(data)
 
         # The connection's own limit ends first (ConnectFailed: nothing there), then the idle timer (no byte
