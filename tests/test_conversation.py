@@ -149,3 +149,33 @@ def test_restore_from_a_written_record_continues_at_the_next_turn() -> None:
     conversation.restore(record)
     assert conversation.turn == 1
     assert conversation.next_request() == [user("u1"), {"role": "assistant", "content": "NEW-1"}, user("u2")]
+
+
+@pytest.mark.parametrize("finish", ["length", "repetition", None])
+def test_a_turn_that_did_not_end_by_itself_ends_the_conversation(finish: str | None) -> None:
+    """A reply cut by max_tokens (inside a tool call, say) or stopped as a loop is not history: the server
+    refuses a cut call's arguments, and a loop would be fed back as the model's own words."""
+    source = [user("weather?"), assistant("", (("s1", "get_weather"),)), tool("s1", "sun"), assistant("Sunny.")]
+    conversation = Conversation("c", source)
+    cut = Completion(reasoning="r", content="", tool_calls=(ToolCall(id="n1", name="get_weather", arguments='{"ci'),),
+                     finish_reason=finish, usage={"completion_tokens": 9}, model="m")
+    reason = conversation.advance(conversation.next_request(), cut)
+    assert reason is not None and f"did not end by itself (finish_reason {finish})" in reason
+    assert conversation.finished and conversation.cut_short
+
+
+def test_the_last_turn_may_be_cut_without_ending_anything_early() -> None:
+    conversation = Conversation("c", [user("weather?")])
+    cut = Completion(reasoning="r", content="", tool_calls=(), finish_reason="length", usage={}, model="m")
+    assert conversation.advance(conversation.next_request(), cut) is None
+    assert conversation.finished and not conversation.cut_short
+
+
+def test_restore_keeps_a_conversation_ended_at_a_cut_turn_ended() -> None:
+    source = [user("u1"), assistant("S1"), user("u2"), assistant("S2")]
+    record = {"id": "c#1!", "turn": 1, "messages": [user("u1")], "content": "NEW-1", "reasoning": "r",
+              "tool_calls": [], "finish_reason": "length", "usage": {},
+              "ended_early": "turn 1 did not end by itself (finish_reason length); a cut reply is not continued"}
+    conversation = Conversation("c", source)
+    conversation.restore(record)
+    assert conversation.finished and conversation.cut_short

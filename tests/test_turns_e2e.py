@@ -165,3 +165,29 @@ def written_ids(out: Path) -> set[str]:
             except orjson.JSONDecodeError:
                 continue
     return ids
+
+
+def test_a_turn_cut_by_max_tokens_ends_its_conversation_and_is_no_failure(tmp_path: Path,
+                                                                           fleet_factory: Any) -> None:
+    """A turn cut by max_tokens is not continued: its conversation ends there, marked `!` with an
+    `ended_early` reason, counted apart in the summary, and the run is not a failure. (Before, the cut
+    reply was sent as the next turn's history: every later turn was generated on it, and a call cut inside
+    its arguments made the server refuse the next turn, HTTP 400, and the conversation count as failed.)"""
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=20.0, extra_args=FAST)])
+    prompts = write(tmp_path / "p.jsonl", [chat3("chat"), parallel_tools("par")])
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out),
+                         "--turns", "all", "--max-tokens", "8"])
+    assert result.code == 0, result.stderr[-3000:]
+    events = by_id(read_results(out))
+    assert set(events) == {"chat#1!", "par#1!"}
+    for event in events.values():
+        assert event["finish_reason"] == "length"
+        assert "did not end by itself (finish_reason length)" in event["ended_early"]
+        assert "diverged" not in event
+    assert not (out / "failures").exists() or not any(
+        line for path in (out / "failures").glob("*") for line in path.read_bytes().splitlines())
+    assert "2 at a turn that did not end by itself" in result.stderr
+    again = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out),
+                        "--turns", "all", "--max-tokens", "8"])
+    assert again.code == 0 and "already-finished 2" in again.stderr

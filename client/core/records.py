@@ -67,6 +67,7 @@ class ResultRecord(TypedDict):
     conversation_id: NotRequired[str]
     turn: NotRequired[int]
     diverged: NotRequired[str]
+    ended_early: NotRequired[str]  # --turns all: the turn did not end by itself; the conversation ends here
     meta: NotRequired[dict[str, Any]]
     prompt_sha256: NotRequired[str]
     train_window: NotRequired[dict[str, int]]  # --train-window: size, the prompt's count, the max_tokens sent

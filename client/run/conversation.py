@@ -5,7 +5,9 @@ The k-th generated turn sees the source's system, user and tool turns, and the m
 turns in place of the source's. A regenerated turn whose tool calls line up with the source's (same
 function names, same count, arguments free to differ) gets the source's tool results spliced in,
 matched by position and re-keyed to the new call ids. Any other mismatch ends the conversation at that
-turn with a `diverged` reason: a tool result is never fed to a call it does not answer.
+turn with a `diverged` reason: a tool result is never fed to a call it does not answer. A turn that did not
+end by itself (cut by max_tokens, or stopped as a loop) ends the conversation too, with an `ended_early`
+reason: a cut reply is not what the model says next, and a server refuses a tool call cut mid-arguments.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any, cast
 
 from client.core.records import Completion, ToolCall, Usage
 
+# The finish reasons of a turn the model ended itself; any other is not continued.
+ENDED_BY_ITSELF = ("stop", "tool_calls")
 _EVENT_ID = re.compile(r"(.+)#(\d+)(!?)\Z", re.DOTALL)  # any JSON string is an id, line breaks too
 
 
@@ -110,7 +114,8 @@ class Conversation:
     history: list[dict[str, Any]] | None = None  # messages sent so far, up to the last generated turn
     cursor: int = 0  # the next source message not yet in `history`
     turn: int = 0  # generated turns so far
-    ended: str | None = None  # the divergence that ended it early
+    ended: str | None = None  # why it ended early: a divergence, or a turn that did not end by itself
+    cut_short: bool = False  # it ended early at a turn that did not end by itself
 
     @property
     def positions(self) -> list[int]:
@@ -131,6 +136,8 @@ class Conversation:
         self.advance(record["messages"], completion_from_record(record))
         if record.get("diverged"):
             self.ended = str(record["diverged"])
+        elif record.get("ended_early"):
+            self.ended, self.cut_short = str(record["ended_early"]), True
 
     def advance(self, sent: list[dict[str, Any]], completion: Completion) -> str | None:
         """Record turn `self.turn + 1` (generated on `sent`); returns the divergence that ends it, if any."""
@@ -141,6 +148,11 @@ class Conversation:
         while results_end < len(self.source) and self.source[results_end].get("role") == "tool":
             results_end += 1
         history = [*sent, assistant_message(completion, preserve_thinking=self.preserve_thinking)]
+        if not self.finished and completion.finish_reason not in ENDED_BY_ITSELF:
+            self.ended = (f"turn {self.turn} did not end by itself (finish_reason {completion.finish_reason}); "
+                          "a cut reply is not continued")
+            self.cut_short = True
+            return self.ended
         if not self.finished:
             reason = divergence(source_turn, completion)
             if reason is not None:

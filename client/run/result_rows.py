@@ -13,7 +13,7 @@ from client.run.retry import Generation
 
 def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]], generation: Generation, *,
                   sampling: dict[str, Any], model: str, conversation: tuple[str, int] | None = None,
-                  diverged: str | None = None) -> ResultRecord:
+                  diverged: str | None = None, ended_early: str | None = None) -> ResultRecord:
     completion, ttft = generation.completion, generation.ttft_s
     record: ResultRecord = {
         "id": record_id,
@@ -46,6 +46,8 @@ def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]]
         record["conversation_id"], record["turn"] = conversation
     if diverged is not None:
         record["diverged"] = diverged
+    if ended_early is not None:
+        record["ended_early"] = ended_early
     if prompt.meta is not None:
         record["meta"] = prompt.meta
     record["prompt_sha256"] = prompt_sha256(prompt.messages, prompt.tools, prompt.meta)

@@ -24,7 +24,9 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
         say(f"conversations: inputs {counts.records:,} = worked on {worked:,} + already-finished "
             f"{counts.skipped_done:,} + skipped-invalid {counts.invalid:,} + duplicate {counts.duplicates:,} "
             f"+ other-shards {counts.other_shards:,}; this run finished {outcome.conversations_finished:,} "
-            f"({outcome.diverged:,} ended early where the regenerated tool calls diverged from the source)")
+            f"({outcome.diverged:,} ended early where the regenerated tool calls diverged from the source"
+            + (f", {outcome.cut_short:,} at a turn that did not end by itself (cut by max_tokens or stopped as a "
+               "loop), not continued" if outcome.cut_short else "") + ")")
     else:
         fresh = counts.records - counts.skipped_done - counts.other_shards - counts.skipped_too_long
         not_reached = fresh - counts.invalid - counts.duplicates - snap.done - snap.failed

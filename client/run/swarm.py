@@ -67,6 +67,7 @@ class SwarmOutcome:
     fatal: RegenError | None = None
     conversations_finished: int = 0
     diverged: int = 0
+    cut_short: int = 0  # conversations ended at a turn that did not end by itself
 
 
 def _take(iterator: Iterator[Prompt], count: int) -> list[Prompt]:
@@ -247,13 +248,17 @@ class Swarm:
                 # Its earlier turns stay written; the next run continues this conversation at this turn.
                 self._write_failure(event_id(prompt.id, turn), failed)
                 return
-            diverged = conversation.advance(messages, generation.completion)
+            ended = conversation.advance(messages, generation.completion)
+            cut_short = ended is not None and conversation.cut_short
             record = result_record(event_id(prompt.id, turn, last=conversation.finished), prompt, messages,
                                    generation, sampling=self.fleet.shape.sampling, model=self.fleet.model,
-                                   conversation=(prompt.id, turn), diverged=diverged)
+                                   conversation=(prompt.id, turn), diverged=None if cut_short else ended,
+                                   ended_early=ended if cut_short else None)
             self._write(record, generation)
             prefer = generation.endpoint.index
-            if diverged is not None:
+            if cut_short:
+                self.outcome.cut_short += 1
+            elif ended is not None:
                 self.outcome.diverged += 1
         self.outcome.conversations_finished += 1
 
