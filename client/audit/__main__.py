@@ -1,10 +1,15 @@
-"""Entry point of `python -m client.audit`."""
+"""Entry point of `python -m client.audit` (Ctrl-C and SIGTERM: one line, exit 130; client.core.entry)."""
 
 from __future__ import annotations
 
 import sys
 
-from client.audit.main import main
+from client.core.entry import run_tool
+
+
+def main() -> int:
+    return run_tool("client.audit.main", "the audit was not finished: run it again")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,10 +1,15 @@
-"""Entry point of `python -m client.estimate`."""
+"""Entry point of `python -m client.estimate` (Ctrl-C and SIGTERM: one line, exit 130; client.core.entry)."""
 
 from __future__ import annotations
 
 import sys
 
-from client.estimate.main import main
+from client.core.entry import run_tool
+
+
+def main() -> int:
+    return run_tool("client.estimate.main", "the estimate was not finished: run it again")
+
 
 if __name__ == "__main__":
     sys.exit(main())

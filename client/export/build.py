@@ -247,7 +247,6 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
     """Write OUT from the results at `location`; the report says what was written, left out and why."""
     part = out.with_name(out.name + ".part")
     run = _Pass(tok, part, options)
-    finished = False
     try:
         reading = ReadReport()
         for item, record in iter_records(location, reading, s3_endpoint_url=s3_endpoint_url):
@@ -256,14 +255,21 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
         run.read(reading)
         run.report.template_refused = run.refused_by_template()
         finished = not run.report.without_ids and not run.report.template_refused
-    finally:
         run.writer.close()
-        if finished:
-            os.replace(part, out)
-            run.report.written = True
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                part.unlink()
+    except BaseException:
+        # A full disk, Ctrl-C or SIGTERM: no partial OUT.part is left to fill the disk. Closing a writer whose
+        # file already failed raises again (pyarrow: "Operation on closed file"); the first error is the one.
+        with contextlib.suppress(Exception):
+            run.writer.close()
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
+        raise
+    if finished:
+        os.replace(part, out)
+        run.report.written = True
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
     return run.report
 
 

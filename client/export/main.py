@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 
 from argchecks import float_in, positive_int
-from client.core.errors import ConfigError
+from client.core.errors import NO_SPACE, ConfigError
 from client.core.options import add_s3_endpoint_url
 
-EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_REFUSED = 0, 1, 2, 3
+EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_REFUSED, EXIT_NO_ROOM = 0, 1, 2, 3, 4
 EXIT_NOT_EXACT = EXIT_REFUSED
 
 # The formats, as in client.export.rows (not imported from there: it needs the extra).
@@ -73,6 +73,8 @@ exit codes:
   3  refused, OUT not written: --require-exact-ids and some records carry no server token ids (they
      would be re-rendered), or (--format specforge) more than --max-template-mismatch of the checked
      rows render differently with the trainer's template; the message says how many
+  4  no room to write OUT (disk full, quota or file size limit): nothing was written, no OUT.part left
+  130 stopped by Ctrl-C or SIGTERM: OUT not written, no OUT.part left
 """
 
 
@@ -227,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
+        if _no_room(exc):
+            print(f"error: no room to write {args.out} ({exc.strerror or exc}); nothing was written and no "
+                  f"{args.out.name}.part is left: free space and run the export again", file=sys.stderr)
+            return EXIT_NO_ROOM
         print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
@@ -268,6 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               "tokenizer, with its chat template?", file=sys.stderr)
     trouble = report.left_out or report.kept_mismatched or report.unreadable
     return EXIT_DROPPED if trouble else EXIT_OK
+
+
+def _no_room(exc: OSError) -> bool:
+    # pyarrow raises its IO errors as OSError with the C library's text but no errno.
+    return exc.errno in NO_SPACE or any(text in str(exc) for text in ("No space left", "File too large",
+                                                                       "Disk quota exceeded"))
 
 
 def _notes(report: Any) -> list[str]:
