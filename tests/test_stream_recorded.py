@@ -137,3 +137,15 @@ def test_stream_cut_before_its_end_is_never_whole(name: str) -> None:
     assert not parser.whole
     with pytest.raises(StreamDropped, match="stream ended before finish_reason"):
         parser.completion(ended_cleanly=False)
+
+
+@pytest.mark.parametrize("name", ["tool_call", "tool_call_thinking_off"])
+def test_recorded_tool_calls_arrive_in_several_deltas(name: str) -> None:
+    """The recordings exercise the merge rule: a call's id and name first, then argument fragments by
+    index, over several deltas (real vLLM on a machine that kept up; a loaded one may send fewer)."""
+    raw, _ = _load(name)
+    deltas = [call for line in raw.splitlines() if line.startswith(b"data: {")
+              for choice in json.loads(line[6:]).get("choices", [])
+              for call in choice.get("delta", {}).get("tool_calls") or []]
+    assert len(deltas) > 2 and all(d["index"] == 0 for d in deltas)
+    assert deltas[0]["function"]["name"] and not any(d.get("id") for d in deltas[1:])

@@ -101,11 +101,13 @@ def test_tools_give_a_streamed_tool_call(vllm_scripted: VLLMServer, tiny_script:
     ]
     assert json.loads(got["tool_calls"][0]["arguments"]) == {"city": "Paris", "unit": "celsius"}
     assert got["finish_reason"] == "tool_calls"
-    # id, type and name come first; argument fragments follow by index
+    # id, type and name come first; argument fragments follow by index. How many deltas carry the call is
+    # the server's timing (tokens share a delta under load), so it is not asserted here: the merge of
+    # several fragments is held on recorded vLLM streams (tests/test_stream_recorded.py).
     tool_deltas = [tc for c in chunks(raw) if c["choices"] for tc in c["choices"][0]["delta"].get("tool_calls") or []]
     assert tool_deltas[0]["id"] and tool_deltas[0]["type"] == "function"
     assert tool_deltas[0]["function"]["name"] == "get_weather"
-    assert len(tool_deltas) > 2 and all(td["index"] == 0 for td in tool_deltas)
+    assert all(td["index"] == 0 for td in tool_deltas)
 
 
 @pytest.mark.vllm
