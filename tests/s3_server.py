@@ -9,6 +9,9 @@ that restart the server keep segments below the multipart size.
 Holding: while `<state>/hold` exists, a PUT of a segment body waits before moto sees it, after writing
 `<state>/held`; a test uses it to kill a client in the middle of an upload.
 
+Refusing multipart: while `<state>/no_multipart` exists, every multipart call (start, part, complete,
+abort, list) answers 501 NotImplemented, as S3-compatible stores without a multipart API do.
+
 Run as `python -m tests.s3_server --port P --state DIR`.
 """
 
@@ -60,6 +63,26 @@ class _Hold:
         return self.app(environ, start_response)
 
 
+_NOT_IMPLEMENTED = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NotImplemented</Code><Message>A header '
+                    b'you provided implies functionality that is not implemented</Message></Error>')
+_MULTIPART_QUERY = ("uploads", "uploadId", "partNumber")
+
+
+class _NoMultipart:
+    def __init__(self, app: Callable[..., Iterable[bytes]], state: Path) -> None:
+        self.app = app
+        self.flag = state / "no_multipart"
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        query = environ.get("QUERY_STRING", "")
+        names = {part.split("=", 1)[0] for part in query.split("&") if part}
+        if names.intersection(_MULTIPART_QUERY) and self.flag.exists():
+            start_response("501 Not Implemented", [("Content-Type", "application/xml"),
+                                                   ("Content-Length", str(len(_NOT_IMPLEMENTED)))])
+            return [_NOT_IMPLEMENTED]
+        return self.app(environ, start_response)
+
+
 def serve(port: int, state: Path) -> None:
     state.mkdir(parents=True, exist_ok=True)
     recording = state / "recording.jsonl"
@@ -77,7 +100,8 @@ def serve(port: int, state: Path) -> None:
         recorder.replay_recording(target_host=f"http://127.0.0.1:{private.server_port}")
         private.shutdown()
         private.server_close()
-    server = make_server("127.0.0.1", port, _Hold(app, state), threaded=True, request_handler=MotoRequestHandler)
+    server = make_server("127.0.0.1", port, _NoMultipart(_Hold(app, state), state), threaded=True,
+                         request_handler=MotoRequestHandler)
     server.serve_forever()
 
 
@@ -148,6 +172,10 @@ class S3Server:
 
     def release_uploads(self) -> None:
         (self.state / "hold").unlink(missing_ok=True)
+
+    def refuse_multipart(self) -> None:
+        """From now on, every multipart call answers 501 NotImplemented."""
+        (self.state / "no_multipart").touch()
 
     def wait_held(self, timeout: float) -> str | None:
         deadline = time.monotonic() + timeout

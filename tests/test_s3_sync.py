@@ -22,8 +22,9 @@ from client.local.sink import ClosedSegment, ResultSink
 from client.local.source import Shard
 from client.s3.manifest import Manifest, SegmentEntry, decode_ids, encode_ids, manifest_key, multipart_etag
 from client.s3.resume import commit, fetch_ids, start
+from client.s3.segment_upload import BodyReader, PendingSegment
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, S3Unavailable, S3Url
-from client.s3.uploader import BodyReader, ManifestConflict, PendingSegment, SegmentUploader
+from client.s3.uploader import ManifestConflict, SegmentUploader
 from tests.s3_server import BUCKET, S3Server
 
 # The pure tests need no S3 server (and carry no s3 marker), but none may see the host's AWS settings.

@@ -279,6 +279,6 @@ class Run:
         if outcome.interrupted:
             say("interrupted: run the same command again to continue where this one stopped")
             return EXIT_INTERRUPTED
-        if sync is not None and sync.pending:
+        if sync is not None and (sync.pending or sync.too_large):
             return EXIT_SYNC_PENDING
         return EXIT_FAILURES if self.stats.failed > self.stats.too_long else EXIT_OK

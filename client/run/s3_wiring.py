@@ -35,7 +35,8 @@ async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids
     except S3Error as exc:
         raise ConfigError(f"{exc}. Nothing was sent; start again once S3 answers.") from exc
     uploader = SegmentUploader(store, found.manifest, found.etag, gzipped=args.s3_gzip,
-                               part_size=int(args.s3_part_mb * (1 << 20)), delete_uploaded=args.delete_uploaded)
+                               part_size=int(args.s3_part_mb * (1 << 20)), delete_uploaded=args.delete_uploaded,
+                               note=lambda line: say(f"s3: {line}"))
     say(f"s3: {url} as writer {writer} ({manifest_key(writer)}): read {found.manifests} manifest(s); "
          f"{found.s3_ids_added:,} more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
     for line in found.damaged:
@@ -87,6 +88,8 @@ async def drain(uploader: SegmentUploader, args: S3Config, out: Path, state: str
     report = await uploader.drain(args.sync_wait, state=state, skip=skip)
     for line in report.unreadable:
         say(f"s3: could not read {line}; it was not uploaded")
+    for line in report.too_large:
+        say(f"s3: error: {line}")
     if report.pending:
         reason = f" (last error: {report.last_error})" if report.last_error else ""
         say(f"s3: {report.pending} segment(s) ({report.pending_bytes / 1e6:.1f} MB) are not in S3 yet{reason}. "

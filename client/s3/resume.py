@@ -9,7 +9,8 @@ of one goes up again); another writer's stay listed until that writer starts aga
 
 `start` only reads: a start refused later (settings, a live writer) leaves the prefix and --out as it
 found them. Once nothing can refuse the start any more, `commit` cleans what a crash of this writer left
-behind: unfinished multipart uploads under its segment names, and (with --delete-uploaded) local
+behind: unfinished multipart uploads under its segment names (none on a store without multipart
+uploads, which answers NotImplemented), and (with --delete-uploaded) local
 segments a manifest already lists. A local segment that was never uploaded but holds ids another writer
 has since uploaded (a host that came back after its shard was rerun elsewhere) loses those lines before
 upload, so no id is ever stored twice.
@@ -34,8 +35,8 @@ from client.core.ids import line_id
 from client.local.ledger import read_ids, write_ids
 from client.s3.lease import check_lease, check_shard_counts, machine_id
 from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids, listed_problem
+from client.s3.segment_upload import NOT_IMPLEMENTED, PendingSegment
 from client.s3.store import S3Error, S3Store
-from client.s3.uploader import PendingSegment
 
 FETCH_CONCURRENCY = 32
 
@@ -252,7 +253,13 @@ async def commit(store: S3Store, found: S3Start, *, writer: str, delete_uploaded
             found.pending.append(kept)
     found.duplicates.clear()
 
-    for key, upload_id in await store.list_multipart(f"{SEGMENTS_PREFIX}{writer}-"):
+    try:
+        unfinished = await store.list_multipart(f"{SEGMENTS_PREFIX}{writer}-")
+    except S3Error as exc:
+        if exc.code != NOT_IMPLEMENTED:
+            raise
+        unfinished = []  # a store without multipart uploads has none left behind
+    for key, upload_id in unfinished:
         with contextlib.suppress(S3Error):
             await store.abort_multipart(key, upload_id)
             found.aborted_uploads += 1

@@ -1,15 +1,16 @@
 """Rolling upload of closed segments to S3, and this writer's manifest.
 
 One long-lived coroutine (`SegmentUploader.run`, a companion in the swarm's TaskGroup) uploads the
-segments the sink closes, oldest first: the body (gzip when asked, multipart when large), the id index,
-a check of both against the bytes sent (the ETag S3 reports must be the one those bytes give, and the
-length must match), then the manifest, written whole after each upload. The sink's callback only records
-the segment and wakes the uploader, so the request loop never waits for S3.
+segments the sink closes, oldest first (each one by client.s3.segment_upload: body, id index, checks),
+then the manifest, written whole after each upload. The sink's callback only records the segment and
+wakes the uploader, so the request loop never waits for S3.
 
 When S3 fails, the uploader backs off (up to `max_backoff_s`) and tries the same segment again, for as
 long as the run lasts; the run goes on writing locally meanwhile. At the end, `drain` gets a bounded
 time. A segment leaves the pending list only once a manifest listing it is stored; only then may its
-local files be deleted (with --delete-uploaded).
+local files be deleted (with --delete-uploaded). A segment that cannot go up at all (its local file is
+gone, or it is over what one PUT takes on a store without multipart uploads) leaves the list with its
+reason, and the segments behind it go on.
 
 The manifest is written with a conditional PUT (If-Match the ETag we last wrote), so a second client
 using the same writer name (same host and shard) is caught instead of silently overwriting ours.
@@ -22,48 +23,15 @@ import contextlib
 import hashlib
 import random
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
 
 from client.core.errors import ManifestConflict, RegenError
-from client.core.ids import decode_ledger
 from client.core.stats import SyncView
 from client.local.sink import ClosedSegment
-from client.s3.manifest import (
-    Manifest,
-    SegmentEntry,
-    encode_ids,
-    ids_key,
-    manifest_key,
-    multipart_etag,
-    same_etag,
-    segment_key,
-    single_etag,
-)
+from client.s3.manifest import Manifest, manifest_key, same_etag, single_etag
+from client.s3.segment_upload import SINGLE_PUT_LIMIT, PendingSegment, SegmentPut, SegmentTooLarge
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, describe_error
-
-READ_BLOCK = 4 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class PendingSegment:
-    """A closed local segment not yet listed in a manifest. `closed_at` is wall-clock time."""
-
-    name: str
-    path: Path
-    ids_path: Path
-    records: int
-    size: int
-    completion_tokens: int
-    closed_at: float
-
-    @classmethod
-    def from_closed(cls, segment: ClosedSegment) -> PendingSegment:
-        return cls(segment.path.stem, segment.path, segment.ids_path, segment.records, segment.size,
-                   segment.completion_tokens, time.time())
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,47 +41,7 @@ class SyncReport:
     pending_bytes: int
     last_error: str
     unreadable: tuple[str, ...]
-
-
-class BodyReader:
-    """A segment file read as upload parts of at least `part_size` bytes (the last may be smaller), gzip
-    on the fly when asked; MD5 per part, SHA-256 of the whole body. Blocking: call it in a thread."""
-
-    def __init__(self, path: Path, gzipped: bool, part_size: int) -> None:
-        self._file: BinaryIO = path.open("rb")
-        self._remaining = path.stat().st_size
-        self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzipped else None  # 31: gzip container
-        self.part_size = part_size
-        self.sha256 = hashlib.sha256()
-        self.total = 0
-        self.eof = False
-
-    def next_part(self) -> tuple[bytes, bytes]:
-        chunks: list[bytes] = []
-        size = 0
-        while size < self.part_size and not self.eof:
-            # Uncompressed parts come out exactly part_size long; gzip output size is only known after.
-            wanted = READ_BLOCK if self._compressor else min(READ_BLOCK, self.part_size - size)
-            block = self._file.read(max(1, min(wanted, self._remaining)))
-            self._remaining -= len(block)
-            if not block or self._remaining <= 0:
-                self.eof = True
-            data = self._compressor.compress(block) if self._compressor else block
-            if self.eof and self._compressor:
-                data += self._compressor.flush()
-            chunks.append(data)
-            size += len(data)
-        part = b"".join(chunks)
-        self.sha256.update(part)
-        self.total += len(part)
-        return part, hashlib.md5(part).digest()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def _read_ids_blob(path: Path) -> bytes:
-    return encode_ids(decode_ledger(path.read_bytes()))
+    too_large: tuple[str, ...] = ()  # segments over one PUT on a store without multipart: not in S3
 
 
 def _delete_local(segment: PendingSegment) -> None:
@@ -124,7 +52,6 @@ def _delete_local(segment: PendingSegment) -> None:
 
 async def _wait_for(event: asyncio.Event) -> None:
     await event.wait()
-
 
 
 class SegmentUploader:
@@ -142,11 +69,14 @@ class SegmentUploader:
         failed_count: Callable[[], int] = lambda: 0,
         on_fatal: Callable[[RegenError], None] = lambda error: None,
         max_backoff_s: float = 60.0,
+        single_put_limit: int = SINGLE_PUT_LIMIT,
+        note: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.store = store
         self.manifest = manifest
-        self.gzipped = gzipped
-        self.part_size = part_size
+        # `note`: a line for the console, said once (e.g. the store refuses multipart uploads).
+        self.put = SegmentPut(store, gzipped=gzipped, part_size=part_size, single_put_limit=single_put_limit,
+                              note=note)
         self.delete_uploaded = delete_uploaded
         self.failed_count = failed_count
         self.on_fatal = on_fatal
@@ -159,6 +89,7 @@ class SegmentUploader:
         self._unconfirmed: list[str] = []  # ETags of manifest bodies sent whose reply was lost
         self._pending: dict[str, PendingSegment] = {}
         self._unreadable: list[str] = []
+        self._too_large: list[str] = []
         self._dirty = False
         self._final_state = ""
         self._failures = 0
@@ -198,7 +129,7 @@ class SegmentUploader:
 
     def report(self) -> SyncReport:
         return SyncReport(self.uploaded, len(self._pending), sum(s.size for s in self._pending.values()),
-                          self.last_error, tuple(self._unreadable))
+                          self.last_error, tuple(self._unreadable), tuple(self._too_large))
 
     # -- the loop --------------------------------------------------------------------------------------
 
@@ -264,10 +195,16 @@ class SegmentUploader:
         segment = next(iter(self._pending.values()), None)
         if segment is not None and segment.name not in self.manifest.segments:
             try:
-                entry = await self._upload(segment)
+                entry = await self.put.upload(segment)
             except OSError as exc:
                 # The local file is gone or unreadable: nothing can upload it, so say so and go on.
                 self._unreadable.append(f"{segment.path}: {exc.strerror or exc}")
+                del self._pending[segment.name]
+                return
+            except SegmentTooLarge as exc:
+                # No retry can help: say so (the console's last error, the summary) and go on.
+                self._too_large.append(str(exc))
+                self.put.note(f"error: {exc}")
                 del self._pending[segment.name]
                 return
             self.manifest.segments[segment.name] = entry
@@ -282,66 +219,6 @@ class SegmentUploader:
         if not self._pending and self._final_state and self.manifest.state != self._final_state:
             self.manifest.state = self._final_state
             self._dirty = True
-
-    # -- one segment -----------------------------------------------------------------------------------
-
-    async def _upload(self, segment: PendingSegment) -> SegmentEntry:
-        key = segment_key(segment.name, self.gzipped)
-        content_type = "application/gzip" if self.gzipped else "application/x-ndjson"
-        reader = await asyncio.to_thread(BodyReader, segment.path, self.gzipped, self.part_size)
-        try:
-            part, md5 = await asyncio.to_thread(reader.next_part)
-            if reader.eof:
-                etag, encryption = await self.store.put(key, part, md5, content_type=content_type)
-                expected = single_etag(md5)
-            else:
-                etag, encryption, expected = await self._upload_multipart(key, content_type, reader, part, md5)
-        finally:
-            reader.close()
-        await self._verify(key, reader.total, expected, etag, encryption)
-        ids_blob = await asyncio.to_thread(_read_ids_blob, segment.ids_path)
-        ids_md5 = hashlib.md5(ids_blob).digest()
-        ids_etag, ids_encryption = await self.store.put(ids_key(segment.name), ids_blob, ids_md5,
-                                                        content_type="application/gzip")
-        if not ids_encryption.startswith("aws:kms") and not same_etag(ids_etag, single_etag(ids_md5)):
-            raise S3Error(f"checksum mismatch on {ids_key(segment.name)}: S3 reports {ids_etag}")
-        return SegmentEntry(
-            name=segment.name, key=key, ids_key=ids_key(segment.name), records=segment.records,
-            completion_tokens=segment.completion_tokens, bytes=segment.size, stored_bytes=reader.total,
-            gzip=self.gzipped, sha256=reader.sha256.hexdigest(), etag=etag.strip('"'),
-            ids_sha256=hashlib.sha256(ids_blob).hexdigest(), uploaded=time.time(),
-        )
-
-    async def _upload_multipart(self, key: str, content_type: str, reader: BodyReader, part: bytes,
-                                md5: bytes) -> tuple[str, str, str]:
-        upload_id = await self.store.create_multipart(key, content_type)
-        md5s: list[bytes] = []
-        etags: list[str] = []
-        try:
-            while True:
-                md5s.append(md5)
-                etags.append(await self.store.upload_part(key, upload_id, len(md5s), part, md5))
-                if reader.eof:
-                    break
-                part, md5 = await asyncio.to_thread(reader.next_part)
-            etag, encryption = await self.store.complete_multipart(key, upload_id, etags)
-        except S3Error:
-            # Best effort: an upload left behind is aborted at the next start-up anyway.
-            with contextlib.suppress(S3Error):
-                await self.store.abort_multipart(key, upload_id)
-            raise
-        return etag, encryption, multipart_etag(md5s)
-
-    async def _verify(self, key: str, size: int, expected: str, reported: str, encryption: str) -> None:
-        info = await self.store.head(key)
-        if info is None:
-            raise S3Error(f"{key} is missing right after its upload")
-        if info.size != size:
-            raise S3Error(f"{key}: S3 holds {info.size} bytes, {size} were sent")
-        # With SSE-KMS the ETag is not an MD5; S3 has still checked each body against its Content-MD5.
-        matches = same_etag(reported, expected) and same_etag(info.etag, expected)
-        if not encryption.startswith("aws:kms") and not matches:
-            raise S3Error(f"checksum mismatch on {key}: S3 reports ETag {info.etag}, the bytes sent give {expected}")
 
     # -- the manifest ----------------------------------------------------------------------------------
 
