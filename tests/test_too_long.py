@@ -62,7 +62,7 @@ def test_too_long_is_counted_apart_and_not_retried(servers: ServerGroup, tmp_pat
     second = run_client(args)
     assert second.code == 0, second.stderr
     assert "leaving out 2 prompt(s) an earlier run found longer than the server's context" in second.stderr
-    assert "too-long-earlier 2" in second.stderr
+    assert "too-long-or-fills-window-earlier 2" in second.stderr
     posts = sum(r.get("method") == "POST" for r in server.log_records()) - posts_before
     assert posts == 1, "only the preflight request; the too_long prompts were not sent again"
 

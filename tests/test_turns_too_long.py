@@ -49,10 +49,10 @@ def test_a_too_long_turn_is_sent_once_not_on_every_run(servers: ServerGroup, tmp
     prompts = tmp_path / "p.jsonl"
     prompts.write_bytes(conversation("long", 60) + b"\n" + conversation("short", 2) + b"\n")
     out = tmp_path / "out"
-    args = ["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out), "--max-tokens", "8",
+    args = ["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out), "--max-tokens", "12",
             "--turns", "all"]
 
-    first = run_client(args)
+    first = run_client(args)  # max_tokens 12: the whole answer, so each turn ends by itself
     assert first.code == 0, first.stderr[-2000:]
     assert sorted(r["id"] for r in read_results(out)) == ["long#1", "short#1", "short#2!"]
     assert [(f["id"], f["error_class"]) for f in read_failures(out)] == [("long#2", "too_long")]

@@ -140,6 +140,14 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
     if scan.diverged:
         found.append(Finding("warn", f"{scan.diverged:,} conversation(s) ended early where the regenerated tool "
                                      "calls diverged from the source's"))
+    if scan.window_miscounts:
+        # The window's cap came from a count the server's own usage contradicts: replies were cut shorter
+        # than the trainer keeps (count too high) or ran past its window (too low).
+        found.append(Finding("fail", f"{scan.window_miscounts:,} record(s) were capped by a --train-window prompt "
+                                     "count that disagrees with their usage.prompt_tokens ("
+                                     f"{scan.window_miscount_examples[0]}): their max_tokens came from a wrong "
+                                     "count, so their cuts are not the window's. Check the server's tokenize route "
+                                     "(or --tokenizer), then regenerate them"))
     if scan.conversation_events and scan.duplicate_events():
         found.append(Finding("fail", f"{scan.duplicate_events():,} multi-turn event(s) were written more than once"))
     if report.damaged:
@@ -194,6 +202,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
         "ids": asdict(ids) if ids is not None else None,
         "finish_reasons": dict(scan.finish.most_common()),
         "cut_by_train_window": scan.window_cuts,
+        "window_miscounts": scan.window_miscounts,
         "completion_tokens": {
             "total": sum(ordered), "mean": round(sum(ordered) / n, 1) if n else 0.0,
             "median": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9), "p99": percentile(ordered, 0.99),

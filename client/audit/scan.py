@@ -20,6 +20,7 @@ import orjson
 from client.audit.accept import AcceptLengths
 from client.audit.loops import Loops
 from client.core.ids import id_hash, leading_id
+from client.core.window_count import record_miscount
 from client.local.edited import prompt_digests
 from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
@@ -83,6 +84,8 @@ class Scan:
     stub_examples: list[str] = field(default_factory=list)
     models: Counter[str] = field(default_factory=Counter)
     endpoints: dict[str, EndpointMix] = field(default_factory=dict)
+    window_miscounts: int = 0  # --train-window counts that disagree with the reply's usage
+    window_miscount_examples: list[str] = field(default_factory=list)
     diverged_field: int = 0
     diverged: int = 0
     conversation_events: int = 0
@@ -121,7 +124,14 @@ class Scan:
         finish = record.get("finish_reason")
         finish_name = finish if isinstance(finish, str) else "none"
         self.finish[finish_name] += 1
-        if finish_name == "length" and _cut_by_window(record):
+        miscount = record_miscount(record)
+        if miscount is not None:
+            self.window_miscounts += 1
+            if len(self.window_miscount_examples) < EXAMPLES:
+                self.window_miscount_examples.append(
+                    f"{where}: {record['id']}: counted {miscount[0]:,} prompt tokens for the window, usage says "
+                    f"{miscount[1]:,}")
+        elif finish_name == "length" and _cut_by_window(record):
             self.window_cuts += 1
         reasoning = record.get("reasoning") or ""
         content = record.get("content") or ""

@@ -190,8 +190,9 @@ class FillsWindow(TooLong):
     is not sent, and (like too_long) not sent again by later runs unless --retry-too-long. Found by the
     client (no HTTP status)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, window: int) -> None:
         super().__init__(message, 0)
+        self.window = window  # the --train-window it filled: a later, wider window may take it
 
     @property
     def kind(self) -> str:

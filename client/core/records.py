@@ -100,6 +100,7 @@ class FailureRecord(TypedDict):
     attempts: int
     endpoint: str | None
     created: float
+    train_window: NotRequired[int]  # fills_window: the window the prompt alone filled
 
 
 @dataclass(frozen=True, slots=True)

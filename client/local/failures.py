@@ -7,6 +7,7 @@ here: every other failure is retried by the next run simply because its id is no
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import orjson
@@ -15,12 +16,25 @@ from client.local.sink import FAILURES_DIR
 
 TOO_LONG = "too_long"
 FILLS_WINDOW = "fills_window"
+_WINDOW_IN_MESSAGE = re.compile(r"--train-window (\d+)")
 
 
-def read_too_long_ids(out_dir: Path) -> set[str]:
-    """Ids whose last recorded failure is `too_long` or `fills_window` (a later, other failure of the same id
-    wins)."""
+def _filled(record: dict[str, object]) -> int | None:
+    """The window a `fills_window` prompt filled: its `train_window`, or (older records) the figure in its
+    message; None when neither says."""
+    window = record.get("train_window")
+    if type(window) is int:
+        return window
+    found = _WINDOW_IN_MESSAGE.search(str(record.get("last_error", "")))
+    return int(found.group(1)) if found else None
+
+
+def read_too_long_ids(out_dir: Path, train_window: int | None = None) -> set[str]:
+    """Ids whose last recorded failure is `too_long`, or `fills_window` for a window at least as wide as
+    `train_window` (a later, other failure of the same id wins). A prompt that filled a narrower window, or
+    any window when the run has none now, may fit: it is sent again."""
     latest: dict[str, str] = {}
+    filled: dict[str, int | None] = {}
     folder = out_dir / FAILURES_DIR
     if not folder.is_dir():
         return set()
@@ -33,4 +47,11 @@ def read_too_long_ids(out_dir: Path) -> set[str]:
                     continue  # a line torn by a crash; its prompt is simply retried
                 if isinstance(record, dict) and isinstance(record.get("id"), str):
                     latest[record["id"]] = str(record.get("error_class", ""))
-    return {prompt_id for prompt_id, error_class in latest.items() if error_class in (TOO_LONG, FILLS_WINDOW)}
+                    filled[record["id"]] = _filled(record)
+
+    def still_fills(prompt_id: str) -> bool:
+        window = filled.get(prompt_id)
+        return train_window is not None and (window is None or window >= train_window)
+
+    return {prompt_id for prompt_id, error_class in latest.items()
+            if error_class == TOO_LONG or (error_class == FILLS_WINDOW and still_fills(prompt_id))}

@@ -116,7 +116,7 @@ class Run:
         ledger = await self._turn_ledger(done_ids) if cfg.turns == "all" else None
         # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
         skip_ids = ledger.finished if ledger is not None else done_ids
-        too_long_ids = set() if cfg.retry_too_long else skip_too_long(cfg.out, done_ids, ledger)
+        too_long_ids = set() if cfg.retry_too_long else skip_too_long(cfg.out, done_ids, ledger, cfg.train_window)
         if too_long_ids:
             say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
                 "(too_long in the failures file); pass --retry-too-long to send them again")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from client.core.errors import AttemptError
+from client.core.errors import AttemptError, FillsWindow
 from client.core.records import FailureRecord, Prompt, ResultRecord, prompt_sha256
 from client.run.retry import Generation
 
@@ -55,7 +55,7 @@ def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]]
 
 
 def failure_record(record_id: str, error: AttemptError, attempts: int, endpoint_url: str | None) -> FailureRecord:
-    return {
+    record: FailureRecord = {
         "id": record_id,
         "error_class": error.kind,
         "last_error": str(error),
@@ -63,3 +63,6 @@ def failure_record(record_id: str, error: AttemptError, attempts: int, endpoint_
         "endpoint": endpoint_url,
         "created": time.time(),
     }
+    if isinstance(error, FillsWindow):
+        record["train_window"] = error.window  # a resume with a wider window sends it again
+    return record

@@ -179,7 +179,8 @@ class Generator:
         room = size - counted
         if room < 1:
             raise FillsWindow(f"the prompt alone is {counted} tokens on {endpoint.url}, the training window "
-                              f"--train-window {size}: the trainer would keep none of the reply, so it is not sent")
+                              f"--train-window {size}: the trainer would keep none of the reply, so it is not sent",
+                              size)
         return WindowCut(size, counted, min(room, self.shape.settings.max_tokens))
 
     async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],

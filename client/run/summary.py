@@ -30,11 +30,13 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
     else:
         fresh = counts.records - counts.skipped_done - counts.other_shards - counts.skipped_too_long
         not_reached = fresh - counts.invalid - counts.duplicates - snap.done - snap.failed
-        too_long = f" (too_long {snap.too_long:,})" if snap.too_long else ""
+        permanent = [f"too_long {snap.too_long - snap.fills_window:,}" if snap.too_long > snap.fills_window else "",
+                     f"fills_window {snap.fills_window:,}" if snap.fills_window else ""]
+        too_long = f" ({', '.join(p for p in permanent if p)})" if snap.too_long else ""
         say(f"reconciliation: inputs {counts.records:,} = done {snap.done:,} + failed {snap.failed:,}{too_long} "
             f"+ skipped-invalid {counts.invalid:,} + duplicate {counts.duplicates:,} "
             f"+ already-done {counts.skipped_done:,} + other-shards {counts.other_shards:,}"
-            + (f" + too-long-earlier {counts.skipped_too_long:,}" if counts.skipped_too_long else "")
+            + (f" + too-long-or-fills-window-earlier {counts.skipped_too_long:,}" if counts.skipped_too_long else "")
             + (f" + not-yet-sent {not_reached:,}" if not_reached else ""))
     if counts.invalid or counts.duplicates:
         say(f"{counts.invalid + counts.duplicates} record(s) were skipped as invalid; each was reported above "
@@ -47,6 +49,11 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
             f"{failures_path}): "
             "they are not retried by the next run; shorten them, raise the context, or lower --max-tokens, "
             "then pass --retry-too-long")
+    if outcome.window_miscounts:
+        say(f"warning: {outcome.window_miscounts:,} record(s) were capped by a --train-window count that disagrees "
+            f"with the server's own usage.prompt_tokens (beyond the tolerance of client.core.window_count), e.g. "
+            f"{outcome.window_miscount_example}. Their max_tokens were set from a wrong count: check the server's "
+            "tokenize route (or --tokenizer); client.audit lists them.")
     if snap.failed > snap.too_long:
         say(f"{snap.failed - snap.too_long} request(s) failed after all attempts; see {failures_path}. "
             "Run the same command again to retry them.")

@@ -25,7 +25,7 @@ import contextlib
 import itertools
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -34,6 +34,7 @@ from client.core.errors import FillsWindow, InputError, RegenError, SinkError, T
 from client.core.payload import request_messages
 from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
+from client.core.window_count import record_miscount
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
 from client.run.config import Turns
@@ -68,6 +69,8 @@ class SwarmOutcome:
     conversations_finished: int = 0
     diverged: int = 0
     cut_short: int = 0  # conversations ended at a turn that did not end by itself
+    window_miscounts: int = 0  # --train-window: records whose prompt count disagrees with their usage
+    window_miscount_example: str | None = None
 
 
 def _take(iterator: Iterator[Prompt], count: int) -> list[Prompt]:
@@ -264,6 +267,13 @@ class Swarm:
 
     def _write(self, record: ResultRecord, generation: Generation) -> None:
         self.sink.write_result(record)
+        miscount = record_miscount(cast("dict[str, Any]", record)) if generation.window is not None else None
+        if miscount is not None:
+            self.outcome.window_miscounts += 1
+            if self.outcome.window_miscount_example is None:
+                self.outcome.window_miscount_example = (
+                    f"{record['id']!r}: counted {miscount[0]:,} prompt tokens before the request, the reply's usage "
+                    f"says {miscount[1]:,} (on {generation.endpoint.url})")
         completion = generation.completion
         self.stats.record_done(generation.endpoint.index, completion.usage, completion.finish_reason)
 

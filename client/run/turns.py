@@ -89,10 +89,12 @@ def too_long_conversations(ledger: TurnLedger, too_long_events: Iterable[str]) -
     return found
 
 
-def skip_too_long(out: Path, done_ids: set[str], ledger: TurnLedger | None) -> set[str]:
-    """The prompt ids to leave out as too_long (blocking: reads the failures files). With --turns all
-    (`ledger`), the conversations whose next turn is too_long, which the ledger then counts as left out."""
-    too_long = read_too_long_ids(out)
+def skip_too_long(out: Path, done_ids: set[str], ledger: TurnLedger | None,
+                  train_window: int | None = None) -> set[str]:
+    """The prompt ids to leave out as too_long or fills_window (for a window at least as wide as this run's)
+    (blocking: reads the failures files). With --turns all (`ledger`), the conversations whose next turn is
+    such, which the ledger then counts as left out."""
+    too_long = read_too_long_ids(out, train_window)
     if ledger is None:
         return too_long - done_ids
     ledger.too_long = too_long_conversations(ledger, too_long)

@@ -179,6 +179,9 @@ class Endpoint:
         count = document.get("count") if isinstance(document, dict) else None
         if type(count) is not int:
             raise ProtocolError(f"{self.url}{path} answered without a token count: {raw[:200]!r}")
+        if count < 1:
+            # A rendered chat prompt has tokens; a count below one would make the window's room a lie.
+            raise ProtocolError(f"{self.url}{path} answered an impossible token count, {count}")
         return count
 
     async def stream_chat(self, body: bytes, max_tokens: int | None = None, *,

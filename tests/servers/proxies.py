@@ -1,7 +1,9 @@
 """Two small HTTP proxies for wire tests, each logging every request it carries as one JSON line to `--log`.
 
 - `reverse`: requests to `/PREFIX/...` go to `--upstream http://127.0.0.1:PORT` with the prefix stripped;
-  anything else gets 404 from the proxy itself.
+  anything else gets 404 from the proxy itself. `--count-as N` makes it lie: a tokenize answer (a POST
+  whose path ends in `/tokenize`) comes back with its `count` replaced by N (a server whose count route
+  disagrees with its chat route).
 - `forward`: absolute-form requests (`GET http://host:port/path HTTP/1.1`) are forwarded; `CONNECT host:port`
   opens a tunnel (for https). Only loopback targets are allowed (403 otherwise). `--refuse` accepts each
   connection and closes it at once (a dead proxy); `--auth USER:PASS` demands Proxy-Authorization (407).
@@ -187,8 +189,31 @@ class ReverseProxy(Proxy):
             target = "/" + target
         self.log.write(request_record(req, kind="reverse", upstream=f"{self.host}:{self.port}",
                                       forwarded_target=target, **tags))
+        if self.args.count_as is not None and req.method == "POST" and target.endswith("/tokenize"):
+            return await self.lying_count(req, target, writer)
         return await forward_request(req, self.host, self.port, target, writer,
                                      host_header=f"{self.host}:{self.port}")
+
+    async def lying_count(self, req: Request, target: str, writer: asyncio.StreamWriter) -> bool:
+        """The upstream's tokenize answer, read whole (Content-Length), with `count` replaced."""
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        try:
+            head = (f"POST {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json"
+                    f"\r\nContent-Length: {len(req.body)}\r\nConnection: close\r\n\r\n")
+            await send(up_writer, head.encode("latin-1") + req.body)
+            raw = await up_reader.read()
+        finally:
+            up_writer.close()
+        status_line, _, rest = raw.partition(b"\r\n")
+        body = rest.partition(b"\r\n\r\n")[2]
+        status = int(status_line.split()[1])
+        if status == 200:
+            answer = json.loads(body)
+            answer["count"] = self.args.count_as
+            body = json.dumps(answer).encode()
+        head_out = response_head(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        await send(writer, head_out + body)
+        return req.keep_alive
 
 
 class ForwardProxy(Proxy):
@@ -245,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     rev = sub.add_parser("reverse", help="path-prefix reverse proxy")
     rev.add_argument("--prefix", required=True, help="e.g. /api/x")
     rev.add_argument("--upstream", required=True, help="http://127.0.0.1:PORT")
+    rev.add_argument("--count-as", type=int, default=None, metavar="N",
+                     help="answer every tokenize request with count N (a lying count route)")
     add_serve_args(rev)
     fwd = sub.add_parser("forward", help="forward proxy (absolute-form and CONNECT)")
     fwd.add_argument("--refuse", action="store_true", help="accept and close every connection at once")
