@@ -36,7 +36,7 @@ def test_loops_are_counted_with_their_tokens(tmp_path: Path) -> None:
                for i in range(16)]
     records += [result("loop-length", reasoning=looping(1), content="", completion_tokens=4000,
                        finish_reason="length"),
-                result("loop-content", reasoning="Short.", content=looping(2, 120, 60), completion_tokens=2000,
+                result("loop-content", reasoning="Short.", content=looping(2, 120, 80), completion_tokens=2000,
                        finish_reason="length", thinking=False),
                 # Stopped by a loop stop before the rule was met here: counted by its finish reason.
                 result("stopped", reasoning=prose(3, 900), content="", completion_tokens=500,

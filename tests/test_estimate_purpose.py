@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from client.core.repetition import TEXT_RULE, find_repetition
+from client.core.repetition import TEXT_RULE, Kind, find_repetition
 from client.estimate.measure import Measurements
 from client.estimate.model import EXACT_BOOTSTRAP_LIMIT, Interval, Throughput, bootstrap_columns, bootstrap_totals
 from client.estimate.purpose import purpose, purposes
@@ -55,22 +55,24 @@ def test_tokens_past_the_window(completion: int, prompt: int, window: int, past:
     assert kept_in_window(completion, prompt, window) == completion - past
 
 
-@pytest.mark.parametrize(("length", "block_chars", "span", "stop"), [
-    (9000, 100, 6000, 3000 + 2048 + 512),  # a short block: the span floor decides
-    (9000, 500, 6000, 3000 + 8 * 500 + 512),  # a long one: its eight repeats decide
-    (5000, 256, 2304, 5000),  # found, but a stream would have reached the end first
+@pytest.mark.parametrize(("kind", "length", "block_chars", "span", "stop"), [
+    ("exact", 20000, 100, 15000, 5000 + 8192 + 512),  # a short block of prose: the span floor decides
+    ("exact", 20000, 1500, 15000, 5000 + 8 * 1500 + 512),  # a long one: its eight repeats decide
+    ("exact", 11000, 256, 8400, 11000),  # found, but a stream would have reached the end first
+    ("counter", 20000, 100, 18000, 2000 + 16384 + 512),  # prose whose counters move: a higher floor
+    ("structured", 40000, 3, 38000, 2000 + 32768 + 512),  # code or data: the whole window
 ])
-def test_where_a_loop_stop_fires(length: int, block_chars: int, span: int, stop: float) -> None:
-    assert loop_stop_point(length, block_chars, span) == stop
+def test_where_a_loop_stop_fires(kind: Kind, length: int, block_chars: int, span: int, stop: float) -> None:
+    assert loop_stop_point(length, block_chars, span, TEXT_RULE, kind) == stop
 
 
 @pytest.mark.parametrize(("text", "completion", "finish", "expected"), [
     ("A normal answer.", 10, "stop", (False, 0)),
     (varied(9000), 2250, "length", (False, 0)),  # long and varied: no loop
-    (varied(3000) + block(100) * 60, 2250, "length", (True, round(2250 * (9000 - 5560) / 9000))),
-    (varied(3000) + block(500) * 12, 2250, "length", (True, round(2250 * (9000 - 7512) / 9000))),
-    (varied(3000) + block(100) * 10, 1000, "length", (False, 0)),  # 1,000 characters: under the span floor
-    (varied(3000) + block(256) * 9, 1326, "length", (True, 0)),  # a stream would not have stopped it sooner
+    (varied(3000) + block(100) * 150, 4500, "length", (True, round(4500 * (18000 - 11704) / 18000))),
+    (varied(3000) + block(1500) * 12, 5250, "length", (True, round(5250 * (21000 - 15512) / 21000))),
+    (varied(3000) + block(100) * 80, 1000, "length", (False, 0)),  # 8,000 characters: under the span floor
+    (varied(3000) + block(256) * 34, 2926, "length", (True, 0)),  # a stream would not have stopped it sooner
     (varied(3000) + block(100) * 30, 1500, "repetition", (True, 0)),  # a loop stop already ended it
     ("Short.", 3, "repetition", (True, 0)),
     ("", 0, "length", (False, 0)),
@@ -108,7 +110,7 @@ def test_bootstrap_columns_refuses_ragged_columns(strata: Any, message: str) -> 
         bootstrap_columns(strata, rounds=2, seed=0)
 
 
-LOOP_TEXT = varied(3000) + block(100) * 60  # 9,000 characters, a loop stop fires at 5,560
+LOOP_TEXT = varied(3000) + block(100) * 150  # 18,000 characters, a loop stop fires at 11,704
 
 
 def purpose_run(out: Path) -> dict[str, int]:
@@ -153,7 +155,7 @@ def test_from_results_reports_the_window_the_loops_and_the_savings(tmp_path: Pat
     assert data["input"]["loop_stop"]["mean_delay_chars"] == TEXT_RULE.check_every / 2
     (whole,) = data["projection"]["purpose"]  # nothing remains, so there is no second target
     total = n["chat"] * 100 + (n["code"] + n["long"]) * 300
-    loop_saved = round(100 * 3440 / 9000), round(300 * 3440 / 9000)
+    loop_saved = round(100 * 6296 / 18000), round(300 * 6296 / 18000)
     window = n["code"] * 250 + n["long"] * 300
     loop = n["chat_loops"] * loop_saved[0] + n["code_loops"] * loop_saved[1]
     # With both: a looping chat reply is cut by the loop stop; a looping code reply by the window anyway.
@@ -202,6 +204,7 @@ def test_the_rich_report_shows_the_purpose(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_calibration_with_loops_and_a_heavy_tail(tmp_path: Path, fleet_factory: Any) -> None:
     # About a third of the replies loop; half of the thinking draws from a heavy tail, some of it to max_tokens.
+    # max_tokens 2,400: a simulated loop then runs over the 8,192 characters the text rule needs of prose.
     sim_args = ("--mean-tokens", "80", "--tokens-per-chunk", "8", "--loop-rate", "0.3",
                 "--think-tail-rate", "0.5", "--think-tail-alpha", "0.7")
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=sim_args)] * 2)
@@ -213,7 +216,7 @@ def test_calibration_with_loops_and_a_heavy_tail(tmp_path: Path, fleet_factory: 
     out = tmp_path / "calibration"
     window = 300
     code, data, stderr = estimate("--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--sample", "40%",
-                                  "--out", str(out), "--max-tokens", "1200", "--train-window", str(window),
+                                  "--out", str(out), "--max-tokens", "2400", "--train-window", str(window),
                                   "--gpus", "2")
     assert code == 0, stderr
     records = [orjson.loads(line) for path in sorted((out / "segments").glob("*.jsonl"))

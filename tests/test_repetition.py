@@ -1,6 +1,7 @@
 """The loop detector (client/core/repetition.py): it fires on a tail that repeats one block, with or
 without a moving counter, fed in any chunking, and stays quiet on long varied replies, code and tables with
-repeated structure, and short lines said again and again."""
+repeated structure, and short lines said again and again. tests/test_loop_precision.py holds it to a
+labelled corpus of legitimate repetitive replies and of loops."""
 
 from __future__ import annotations
 
@@ -45,28 +46,28 @@ def block_of(rng: random.Random, chars: int) -> str:
 def exact_loop(block_chars: int) -> Callable[[random.Random], tuple[str, int]]:
     def make(rng: random.Random) -> tuple[str, int]:
         block = block_of(rng, block_chars)
-        return prose(rng, 3000) + block * (12 + 6000 // block_chars), block_chars
+        return prose(rng, 3000) + block * max(12, 16_000 // block_chars), block_chars
     return make
 
 
 def counting_loop(rng: random.Random) -> tuple[str, int]:
-    """The counter moves each time ("check 41", "check 42"): with digits read as 0 it is one block."""
-    block = block_of(rng, 200)
+    """The counter moves each time ("check 41", "check 42"): with counters read alike it is one block."""
+    block = block_of(rng, 400)
     text = prose(rng, 2000) + "".join(f"Let me check case {n}: {block}" for n in range(10, 99))
-    return text, len("Let me check case 10: ") + 200
+    return text, len("Let me check case 10: ") + 400
 
 
 def noisy_numbers_loop(rng: random.Random) -> tuple[str, int]:
     """Each pass quotes other figures of the same width ("value 0.4817 at step 0093")."""
     block = block_of(rng, 300)
     text = prose(rng, 1500) + "".join(f"value {rng.random():.4f} at step {rng.randint(0, 9999):04d}: {block}"
-                                      for _ in range(40))
+                                      for _ in range(120))
     return text, len("value 0.0000 at step 0000: ") + 300
 
 
 def degenerate_loop(rng: random.Random) -> tuple[str, int]:
-    """A model stuck on one character: exact, so it counts although the block has no letters."""
-    return prose(rng, 1000) + "0." + "0" * 5000, 1
+    """A model stuck on one character: no prose, so it counts only once the whole window is that character."""
+    return prose(rng, 1000) + "0." + "0" * 50_000, 1
 
 
 LOOPS = {
@@ -220,13 +221,14 @@ def test_once_found_it_stays_found_and_costs_nothing_more() -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [("max_block", 0), ("min_repeats", 0), ("min_span", 0),
-                                              ("check_every", 0), ("min_letters", -1)])
+                                              ("check_every", 0), ("counter_span", -1), ("structured_span", -1)])
 def test_a_rule_out_of_range_is_refused_by_name(field: str, value: int) -> None:
     with pytest.raises(ValueError, match=f"RepetitionRule.{field}"):
         RepetitionRule(**{field: value})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("rule", "window"), [(TEXT_RULE, 8192), (TOKEN_RULE, 2048),
-                                              (RepetitionRule(max_block=10, min_repeats=2, min_span=500), 500)])
+@pytest.mark.parametrize(("rule", "window"), [
+    (TEXT_RULE, 32768), (TOKEN_RULE, 2048), (RepetitionRule(max_block=10, min_repeats=2, min_span=500), 32768),
+    (RepetitionRule(max_block=10, min_repeats=2, min_span=500, counter_span=0, structured_span=0), 500)])
 def test_the_window_holds_the_longest_block_s_repeats(rule: RepetitionRule, window: int) -> None:
     assert rule.window == window

@@ -1,11 +1,13 @@
 """The audit's loop section: how many replies loop, and what share of the completion tokens they cost.
 
 A reply loops when the end of its reasoning + content is one block repeated (client.core.repetition's
-text rule: a block of at most 1,024 characters, 8 times or more, over at least 2,048 characters), or when
-its finish_reason is "repetition" (a run that stopped it). This holds for any run, made with a loop stop
-or without one: without, a loop runs to max_tokens and the audit says what it cost. Per looping record:
-its completion tokens (all of them: such a reply is worth nothing to a trainer), and the tokens of the
-repeated tail alone (completion tokens times the tail's share of the reply's characters, an estimate).
+text rule, the one the stream's loop stop applies: a block of at most 4,096 characters, 8 times or more,
+over at least 8,192 characters of prose repeated exactly, 16,384 of prose whose counters move, or 32,768 of
+anything else, such as code or data, repeated exactly), or when its finish_reason is "repetition" (a run
+that stopped it). This holds for any run, made with a loop stop or without one: without, a loop runs to
+max_tokens and the audit says what it cost. Per looping record: its completion tokens (all of them: such a
+reply is worth nothing to a trainer), and the tokens of the repeated tail alone (completion tokens times the
+tail's share of the reply's characters, an estimate).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from client.core.repetition import TEXT_RULE, find_repetition
 
 REPETITION = "repetition"  # the finish_reason of a reply a loop stop ended
 EXAMPLES = 5
+KINDS = {"exact": "prose", "counter": "prose, its counters moving", "structured": "code or data"}
 
 
 @dataclass
@@ -48,8 +51,8 @@ class Loops:
         if found is not None and text:
             self.repeated_tokens += tokens * found.span / len(text)
         if len(self.examples) < EXAMPLES:
-            what = (f"a block of {found.block:,} characters repeated {found.repeats:.0f} times at the end, "
-                    f"e.g. {str(found.sample)[:60]!r}") if found is not None else "no repeating tail"
+            what = (f"a block of {found.block:,} characters ({KINDS[found.kind]}) repeated {found.repeats:.0f} "
+                    f"times at the end, e.g. {str(found.sample)[:60]!r}") if found is not None else "no repeating tail"
             self.examples.append(f"{where}: {record.get('id')}: finish_reason {finish}, {tokens:,} token(s), {what}")
 
     def summary(self, records: int, completion_tokens: int) -> dict[str, Any]:
@@ -63,7 +66,8 @@ class Loops:
                 "repeated_token_share": share(self.repeated_tokens, completion_tokens),
                 "stopped": self.stopped, "ran_to_the_cap": self.ran_to_the_cap, "examples": self.examples,
                 "rule": {"max_block_chars": TEXT_RULE.max_block, "min_repeats": TEXT_RULE.min_repeats,
-                         "min_span_chars": TEXT_RULE.min_span}}
+                         "min_span_chars": TEXT_RULE.min_span, "counter_span_chars": TEXT_RULE.counter_span,
+                         "structured_span_chars": TEXT_RULE.structured_span}}
 
 
 def finding(data: dict[str, Any]) -> str | None:

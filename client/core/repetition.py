@@ -1,131 +1,387 @@
 """Loop detection: does the tail of a reply repeat one block over and over?
 
 A thinking model that loops (Qwen3's repetition failure) writes the same passage again and again until
-max_tokens: the most expensive reply there is, and worth nothing. This module owns the test for it, pure
-and incremental so a stream can run it on every chunk:
+max_tokens: the most expensive reply there is, and worth nothing. But code, SQL, CSV, JSON arrays, tables,
+base64 and ASCII art repeat by nature, often differing only in their numbers, and a coding agent's data is
+full of them. Stopping a good reply is silent damage (it is kept cut, never retried); stopping a loop late
+costs at most the training window's room. So the rule errs late, never early. This module owns the test,
+pure and incremental so a stream can run it on every chunk:
 
 - `RepetitionDetector` is fed a reply's text chunk by chunk (reasoning, then content), and
   `TokenRepetitionDetector` its token ids; `feed` returns a `Repetition` once the tail is one block
   repeated. A chunk costs a list append and a counter; the check runs once per `check_every` new units and
   is bounded by the rule, not by the reply's length, so the cost per chunk is O(1) amortised.
 - `find_repetition` / `find_token_repetition` ask the same of a whole reply (the audit), and measure how
-  far back the loop goes.
+  far back the loop goes. The stream and the audit apply the same rule.
 
-The rule (`RepetitionRule`): the tail is a block of at most `max_block` units repeated back to back at
-least `min_repeats` times, covering at least `min_span` units. The span floor keeps legitimate repetition
-out: a short line said a few dozen times, a markdown separator, a table's header rule are far below 2,048
-characters of exact repetition, while a real loop runs on for thousands of tokens. Text is also compared
-with every digit read as 0, so a loop whose counter moves ("Step 12: ... Step 13: ...") is still one block;
-a block that repeats only that way must hold `min_letters` letters in its shortest period, so a long table
-or list of numbers, whose rows differ only in their digits, is not a loop. Not found: a loop whose block is
-longer than `max_block`, or one that changes more than its digits within every `min_repeats` blocks.
+The text rule (`RepetitionRule`, `TEXT_RULE`): the tail is a block of at most `max_block` (4,096)
+characters repeated back to back at least `min_repeats` (8) times, and over at least a floor that depends on
+what the block is:
+
+- prose (the block reads as words: mostly letters, spaces between words or CJK, hardly any of the marks
+  code and data are made of, no line indented by two spaces or a tab), repeated exactly: `min_span`,
+  8,192 characters;
+- prose whose repeats differ only in their counters (digits, number words such as "three" or
+  "twenty-one", single letters, hex such as 0x1f or 3a, roman numerals): `counter_span`, 16,384;
+- anything else (code, SQL, CSV, JSON, tables, logs, base64, runs of zeros, ASCII boxes), repeated exactly:
+  `structured_span`, 32,768, i.e. the whole window is one block over and over. Repeats of structured text
+  that differ in their counters never count: a table of 10,000 days looks like one row repeated with its
+  digits changed, and so does a model that writes such rows forever; the window caps that one.
+
+Why: the issue's false stops were all structured text whose rows differ only in numbers (100 SQL INSERTs,
+150 JSON objects with ids, a 60-day table), caught by reading digits as 0; and runs of zeros, zero-byte
+base64, a repeated config object and an ASCII box, caught as exact repeats over 2,048 characters. A
+thinking model's loop is a passage of reasoning, prose, that runs to max_tokens (tens of thousands of
+characters), so prose gets the earlier floors. Legitimate prose repeated exactly over 8,192 characters, or
+with only its counters changing over 16,384 ("99 bottles of beer" is ~12,000), is rarer than a loop;
+legitimate structured output rarely holds one exact block over 32,768. The price: a loop is stopped later
+than with the old 2,048-character floor (bench.loop_precision has the figures), at most the window's room.
 
 How a check finds the period: a loop's block ends the same way each time, so the tail's last 16 units occur
 again one period back. Each earlier occurrence within `max_block` (`rfind`, nearest first) is a candidate
-period p, kept when the last max(min_repeats * p, min_span) units equal themselves shifted by p (one slice
-comparison; digits are folded only for a candidate's span). Only the last `max_block` + 16 units are kept
-as one string for that search; the whole window is joined only when there is a candidate. Token ids are
-packed as 4-byte words, so both kinds run on C-level `rfind` and comparison.
+period p. Its 64-unit suffix, then its last two blocks, then spans growing fourfold up to the floor are
+compared with themselves shifted by p (slice comparisons, stopping at the first that differs), and all
+candidates of a check together compare at most a few windows' worth of units. The block is classified only
+once it repeats exactly over `min_span`, or when the counter test runs: a prose block whose last quarter
+matches the block before it has its last three blocks normalised (every counter read as "#", words as
+tokens), and only if those repeat is the whole `counter_span` normalised and compared. Only the last
+`max_block` + 16 units are kept as one string for the search; the window is joined only when there is a
+candidate. Token ids are packed as 4-byte words and compared exactly (they are not classified: the token
+rule is `min_span` for every block), so both kinds run on C-level `rfind` and comparison.
 """
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import AnyStr, Generic
+from typing import AnyStr, Generic, Literal
 
 _KEY = 16  # units of the tail searched for one period back
+_SUFFIX = 64  # units of a candidate's block compared before the block itself
 _CANDIDATES = 64  # candidate periods tried per check, nearest first (bounds a check's cost)
+_BUDGET = 4  # units compared per check, at most this many windows
 _ID_BYTES = 4  # a token id packed as one unsigned 32-bit word
+_SAMPLE = 2048  # characters of a block read to classify it
+_SLACK = 32  # characters a counter's change of length may shift what precedes it
+_SHIFT = 48  # characters the counter test moves its key back when the last 16 held a counter
+_HEAD_TOKENS = 8  # tokens dropped from the start of a normalised window (the cut may split a counter)
+
+Kind = Literal["exact", "counter", "structured"]
 
 
 @dataclass(frozen=True, slots=True)
 class RepetitionRule:
     """When a tail counts as a loop. Units are characters for text, ids for tokens."""
 
-    max_block: int = 1024  # the longest repeated block
+    max_block: int = 4096  # the longest repeated block
     min_repeats: int = 8  # times the block repeats back to back, at least
-    min_span: int = 2048  # units the repetition covers, at least
+    min_span: int = 8192  # units of exact repetition of a prose block (for ids: of any block), at least
+    counter_span: int = 16384  # units of a prose block repeated with its counters changing; 0: never a loop
+    structured_span: int = 32768  # units of exact repetition of a block that is not prose; 0: never a loop
     check_every: int = 1024  # new units between two checks: a loop is found at most this late
-    fold_digits: bool = True  # also compare with every digit read as 0 (text only)
-    min_letters: int = 16  # letters a block needs when it repeats only with its digits folded
 
     def __post_init__(self) -> None:
         for name in ("max_block", "min_repeats", "min_span", "check_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RepetitionRule.{name} must be at least 1, got {getattr(self, name)}")
-        if self.min_letters < 0:
-            raise ValueError(f"RepetitionRule.min_letters must be 0 or more, got {self.min_letters}")
+        for name in ("counter_span", "structured_span"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RepetitionRule.{name} must be 0 or more, got {getattr(self, name)}")
 
     @property
     def window(self) -> int:
-        """Units of the tail a detector keeps: enough for the longest block's repeats."""
-        return max(self.max_block * self.min_repeats, self.min_span)
+        """Units of the tail a detector keeps: enough for the longest block's repeats and every floor."""
+        return max(self.max_block * self.min_repeats, self.min_span, self.counter_span, self.structured_span)
+
+    def floor(self, kind: Kind) -> int:
+        """The span a repetition of this kind must cover (0: this kind never counts)."""
+        return {"exact": self.min_span, "counter": self.counter_span, "structured": self.structured_span}[kind]
+
+    def needed(self, kind: Kind, block: int) -> int:
+        """Units of repetition of a block of this length and kind before it counts: a stream stops it there."""
+        return max(self.min_repeats * block, self.floor(kind))
 
 
-# Characters of reasoning + content (about 4 a token): a block of up to ~256 tokens, 8 times, over at
-# least ~512 tokens, checked every ~256 tokens.
+# Characters of reasoning + content (about 4 a token): a block of up to ~1,000 tokens, 8 times; prose over
+# ~2,000 tokens exactly or ~4,000 with moving counters; anything else only when ~8,000 tokens of the window
+# are one block. Checked every ~256 tokens.
 TEXT_RULE = RepetitionRule()
-# Token ids: the same in tokens; ids are exact, there is nothing to fold.
-TOKEN_RULE = RepetitionRule(max_block=256, min_repeats=8, min_span=512, check_every=256, fold_digits=False,
-                            min_letters=0)
+# Token ids: exact, and not classified (ids carry no letters): a block of up to 256 ids, 8 times, over at
+# least 512. Not the loop stop's rule (the stream watches text); for tools that only have ids.
+TOKEN_RULE = RepetitionRule(max_block=256, min_repeats=8, min_span=512, counter_span=0, structured_span=0,
+                            check_every=256)
 
 
 @dataclass(frozen=True, slots=True)
 class Repetition:
     """A tail that repeats: its block's length, the units the repetition covers, and where it was found."""
 
-    block: int  # units of the repeated block
+    block: int  # units of the repeated block (for "counter": its last occurrence)
     span: int  # units at the end that are the block over and over (a detector sees only its window)
     at: int  # units fed (or the reply's length) when it was found
     sample: str | tuple[int, ...]  # the block as written: its text, or its ids
+    kind: Kind = "exact"  # prose repeated exactly, prose with changing counters, or structured text
 
     @property
     def repeats(self) -> float:
         return self.span / self.block
 
 
-def _fold(text: str) -> str:
-    """Every ASCII digit as 0. Nine `str.replace` scans: `str.translate` takes ~50x longer on text that is
-    not pure ASCII, a regex ~5x."""
-    for digit in "123456789":
-        text = text.replace(digit, "0")
-    return text
+# --- what a block is -------------------------------------------------------------------------------------
+
+_ASCII_LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_SPACE = b" \t\n\r\f\v"
+# Marks that code and data are made of and prose hardly uses.
+_MARKS = b'{}[]<>|=;"\\_/#*+@$%^&~'
+_MARK_SET = frozenset(_MARKS.decode())
 
 
-def _letters(text: str) -> int:
-    return sum(map(str.isalpha, text))
+def is_prose(block: str) -> bool:
+    """Does the block read as words? Letters at least 60% (CJK counts), spaces at least 8% (or a script
+    without spaces: non-ASCII letters at least 30%), code-and-data marks at most 6%, and no line indented by
+    two spaces or a tab.
+    Reads the block's last 2,048 characters; a periodic block wraps around, so its first character is read
+    after its last too."""
+    sample = block[-_SAMPLE:]
+    n = len(sample)
+    if not n:
+        return False
+    wrapped = sample[-1] + sample
+    if "\n  " in wrapped or "\n\t" in wrapped:
+        return False
+    if sample.isascii():
+        raw = sample.encode()
+        letters = n - len(raw.translate(None, _ASCII_LETTERS))
+        space = n - len(raw.translate(None, _SPACE))
+        marks = n - len(raw.translate(None, _MARKS))
+        wide = 0
+    else:
+        letters = sum(map(str.isalpha, sample))
+        space = sum(map(str.isspace, sample))
+        marks = sum(c in _MARK_SET for c in sample)
+        wide = letters - sum(c.isascii() and c.isalpha() for c in sample)
+    return letters >= 0.6 * n and marks <= 0.06 * n and (space >= 0.08 * n or wide >= 0.3 * n)
 
 
-def _period(raw: AnyStr, rule: RepetitionRule, width: int) -> tuple[int, bool] | None:
-    """(p in bytes or characters, whether only the folded text repeats) for the smallest candidate period
-    the rule accepts, else None. `width`: 1 for text, _ID_BYTES for packed ids (periods are whole ids)."""
+# --- counters, read as "#" -------------------------------------------------------------------------------
+
+_UNITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_NUMBER_WORDS = frozenset((
+    *_UNITS, *_TENS, "hundred", "thousand", "million", "billion",
+    "zeroth", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
+    "eleventh", "twelfth", *(unit + "th" for unit in _UNITS[13:]), *(ten[:-1] + "ieth" for ten in _TENS),
+    "hundredth", "thousandth", "millionth"))
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_HEXISH = re.compile(r"(?:0[xX])?[0-9A-Fa-f]*[0-9][0-9A-Fa-f]*|[a-fA-F]{2}|[A-Z]{1,3}|[a-zA-Z]|[ivx]{2,5}|[IVXLC]{2,7}")
+_DIGITS = re.compile(r"[0-9]+")
+_JOINS = frozenset(("-", "and", "–", "/"))
+_WORD_CACHE: dict[str, str] = {}
+_WORD_CACHE_SIZE = 100_000
+
+
+def _counter_word(word: str) -> str:
+    """A word as the counter test reads it: "#" for a counter, else the word with its digit runs as "#"."""
+    read = _WORD_CACHE.get(word)
+    if read is None:
+        counter = _HEXISH.fullmatch(word) is not None or word.lower() in _NUMBER_WORDS
+        read = "#" if counter else _DIGITS.sub("#", word)
+        if len(_WORD_CACHE) >= _WORD_CACHE_SIZE:
+            _WORD_CACHE.clear()
+        _WORD_CACHE[word] = read
+    return read
+
+
+def normalise(text: str, starts: list[int] | None = None) -> str:
+    """The text as the counter test reads it: its words and marks (not its spacing) joined by NUL, every
+    counter as "#", and a run of counters ("twenty-one", "one hundred and two", "2024-01-31") as one "#".
+    With `starts`, the start in `text` of each token of the result is appended to it."""
+    out: list[str] = []
+    where: list[int] = []
+    tokens = _TOKEN.finditer(text) if starts is not None else _TOKEN.findall(text)
+    for token in tokens:
+        word = token if isinstance(token, str) else token.group()
+        read = _counter_word(word)
+        if read == "#" and out:
+            if out[-1] == "#":
+                continue
+            if len(out) >= 2 and out[-2] == "#" and out[-1] in _JOINS:
+                out.pop()
+                if where:
+                    where.pop()
+                continue
+        out.append(read)
+        if not isinstance(token, str):
+            where.append(token.start())
+    if starts is not None:
+        starts.extend(where)
+    return "\x00".join(out)
+
+
+# --- periods ---------------------------------------------------------------------------------------------
+
+
+class _Budget:
+    """Units a check may still compare."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, units: int) -> None:
+        self.left = units
+
+
+def _repeats(raw: AnyStr, p: int, span: int, budget: _Budget) -> bool:
+    """Is raw[-span:] periodic with period p? Compared in stages that grow fourfold (the block's 64-unit
+    suffix, its last two blocks, then 8, 32, ... blocks), stopping at the first stage that differs."""
     n = len(raw)
-    if n < rule.min_span * width:
+    if span > n or p >= span:
+        return False
+    length = min(span, p + _SUFFIX)
+    while True:
+        budget.left -= length
+        if budget.left < 0 or raw[n - length:n - p] != raw[n - length + p:]:
+            return False
+        if length == span:
+            return True
+        length = min(span, max(length * 4, 2 * p))
+
+
+def _near_repeat(raw: str, p: int) -> bool:
+    """Does a quarter of the tail's block (16 characters at least) occur one period back, give or take 32
+    characters? A loop whose counters change still repeats most of its block exactly (what precedes a
+    counter that changed length is shifted by the difference); a phrase said twice does not."""
+    n, quarter = len(raw), max(_KEY, p // 4)
+    for k in range(4):
+        end = n - k * quarter
+        if end - quarter - p - _SLACK < 0:
+            return False
+        if raw.find(raw[end - quarter:end], end - quarter - p - _SLACK, end - p + _SLACK) >= 0:
+            return True
+    return False
+
+
+def _inner_bounds(normalised: str) -> tuple[int, int]:
+    """Where a normalised text is left without its last token and its first 8, which the cut of a window may
+    have split (a run of counters such as "one hundred and twenty-three" is 6 tokens before it is one)."""
+    head = -1
+    for _ in range(_HEAD_TOKENS):
+        head = normalised.find("\x00", head + 1)
+        if head < 0:
+            return 0, 0
+    return head + 1, max(head + 1, normalised.rfind("\x00"))
+
+
+def _inner(normalised: str) -> str:
+    start, end = _inner_bounds(normalised)
+    return normalised[start:end]
+
+
+def _counter_period(raw: str, p: int, rule: RepetitionRule, budget: _Budget) -> int | None:
+    """q, the normalised period of a prose loop whose repeats differ only in their counters, if raw's last
+    max(min_repeats x p, counter_span) characters are one block that way; else None."""
+    n = len(raw)
+    span = rule.needed("counter", p)
+    if span > n:
         return None
+    budget.left -= 3 * p
+    if budget.left < 0:
+        return None
+    near = _inner(normalise(raw[n - min(n, 3 * p):]))
+    m = len(near)
+    key = near[-_KEY:]
+    lo, hi = max(0, m - _KEY - 2 * p), m - 1
+    for _ in range(8):
+        j = near.rfind(key, lo, hi)
+        if j < 0:
+            return None
+        hi = j + len(key) - 1
+        q = m - len(key) - j
+        if 2 * q <= m and near[m - 2 * q:m - q] == near[m - q:]:
+            budget.left -= 2 * span
+            if budget.left < 0:
+                return None
+            far = _inner(normalise(raw[n - span:]))
+            return q if len(far) > q and far[:-q] == far[q:] else None
+    return None
+
+
+def _candidates(raw: str, rule: RepetitionRule, budget: _Budget) -> tuple[int, Kind, int] | None:
+    """(p, kind, q) for the nearest candidate period of raw's last 16 characters the rule accepts."""
+    n = len(raw)
+    key = raw[n - _KEY:]
+    lo, hi = max(0, n - _KEY - rule.max_block), n - 1
+    counters_tried = False
+    for _ in range(_CANDIDATES):
+        j = raw.rfind(key, lo, hi)
+        if j < 0:
+            return None
+        hi = j + _KEY - 1
+        p = n - _KEY - j
+        if _repeats(raw, p, rule.needed("exact", p), budget):
+            if is_prose(raw[n - p:]):
+                return p, "exact", p
+            if rule.structured_span and _repeats(raw, p, rule.needed("structured", p), budget):
+                return p, "structured", p
+            continue
+        if rule.counter_span and not counters_tried and _near_repeat(raw, p):
+            counters_tried = True  # one counter test per key: it normalises text
+            if is_prose(raw[n - p:]):
+                q = _counter_period(raw, p, rule, budget)
+                if q is not None:
+                    return p, "counter", q
+        if budget.left < 0:
+            return None
+    return None
+
+
+def _text_period(raw: str, rule: RepetitionRule) -> tuple[int, Kind, int, int] | None:
+    """(p, kind, q, cut) for the nearest candidate period the rule accepts, else None. q is p but for a
+    counter loop, where it is the period of the normalised text. cut: the characters left off the end, 48
+    when the last 16 held a counter (then the search runs again 48 characters back), else 0."""
+    n = len(raw)
+    floors = [f for f in (rule.min_span, rule.counter_span, rule.structured_span) if f]
+    if n < min(floors):
+        return None
+    budget = _Budget(_BUDGET * max(n, rule.window))
+    for cut in (0, _SHIFT) if rule.counter_span else (0,):
+        if _has_candidate(raw, n - cut, rule.max_block, 1):
+            found = _candidates(raw[:n - cut] if cut else raw, rule, budget)
+            if found is not None:
+                return (*found, cut)
+    return None
+
+
+def _has_candidate(raw: AnyStr, end: int, max_block: int, width: int) -> bool:
+    """Do the 16 units before `end` occur earlier within max_block units? (No: no period, the usual case.)"""
     key_len = _KEY * width
+    if end < 2 * key_len:
+        return False
+    return raw.rfind(raw[end - key_len:end], max(0, end - key_len - max_block * width), end - 1) >= 0
+
+
+def _id_period(raw: bytes, rule: RepetitionRule) -> int | None:
+    """p in bytes for the nearest candidate period of packed ids the rule accepts (exact, min_span)."""
+    n = len(raw)
+    if n < rule.min_span * _ID_BYTES:
+        return None
+    key_len = _KEY * _ID_BYTES
     key = raw[n - key_len:]
-    lo = max(0, n - key_len - rule.max_block * width)
-    hi = n - 1
+    lo, hi = max(0, n - key_len - rule.max_block * _ID_BYTES), n - 1
+    budget = _Budget(_BUDGET * max(n, rule.window * _ID_BYTES))
     for _ in range(_CANDIDATES):
         j = raw.rfind(key, lo, hi)
         if j < 0:
             return None
         hi = j + key_len - 1
         p = n - key_len - j
-        span = max(rule.min_repeats * p, rule.min_span * width)
-        if p % width or span > n:
-            continue
-        tail = raw[n - span:]
-        if tail[:-p] == tail[p:]:
-            return p, False  # exact, whatever the block holds: also "=====", "0.000000..."
-        if isinstance(tail, str) and rule.fold_digits:
-            folded = _fold(tail)
-            if folded[:-p] == folded[p:]:
-                # Rows that differ in their numbers are no loop, and the multiples of p are the same rows.
-                return (p, True) if _letters(folded[-p:]) >= rule.min_letters else None
+        if p % _ID_BYTES == 0 and _repeats(raw, p, rule.needed("exact", p // _ID_BYTES) * _ID_BYTES, budget):
+            return p
+        if budget.left < 0:
+            return None
     return None
 
 
@@ -145,14 +401,30 @@ def _span(whole: AnyStr, p: int, known: int, width: int) -> int:
     return n - good * width
 
 
+def _counter_span(text: str, q: int) -> int:
+    """Characters at the end of `text` whose normalised form has period q (a counter loop's span)."""
+    starts: list[int] = []
+    joined = normalise(text, starts)
+    start, end = _inner_bounds(joined)  # the end tokens may be cut
+    body = joined[start:end]
+    periodic = _span(body, q, min(len(body), 2 * q), 1)
+    token = joined.count("\x00", 0, end - periodic)
+    return len(text) - starts[min(token, len(starts) - 1)]
+
+
+def _found(text: str, hit: tuple[int, Kind, int, int], at: int, rule: RepetitionRule) -> Repetition:
+    """The Repetition for a period the rule accepted at the end of `text` (but its last `cut` characters),
+    its span measured over `text`."""
+    p, kind, q, cut = hit
+    body = text[:len(text) - cut] if cut else text
+    span = _counter_span(body, q) if kind == "counter" else _span(body, p, rule.needed(kind, p), 1)
+    return Repetition(p, span + cut, at, body[len(body) - p:], kind)
+
+
 def find_repetition(text: str, rule: RepetitionRule = TEXT_RULE) -> Repetition | None:
     """The repetition at the end of a whole text, its span measured over the whole text, or None."""
-    found = _period(text[-rule.window:], rule, 1)
-    if found is None:
-        return None
-    p, folded = found
-    known = max(rule.min_repeats * p, rule.min_span)
-    return Repetition(p, _span(_fold(text) if folded else text, p, known, 1), len(text), text[len(text) - p:])
+    found = _text_period(text[-rule.window:], rule)
+    return None if found is None else _found(text, found, len(text), rule)
 
 
 def _packed(ids: Iterable[int]) -> bytes:
@@ -162,12 +434,10 @@ def _packed(ids: Iterable[int]) -> bytes:
 def find_token_repetition(ids: Sequence[int], rule: RepetitionRule = TOKEN_RULE) -> Repetition | None:
     """The repetition at the end of a whole reply's ids, measured over all of them, or None."""
     packed = _packed(ids)
-    found = _period(packed[-rule.window * _ID_BYTES:], rule, _ID_BYTES)
-    if found is None:
+    p = _id_period(packed[-rule.window * _ID_BYTES:], rule)
+    if p is None:
         return None
-    p = found[0]
-    known = max(rule.min_repeats * p, rule.min_span * _ID_BYTES)
-    span = _span(packed, p, known, _ID_BYTES)
+    span = _span(packed, p, rule.needed("exact", p // _ID_BYTES) * _ID_BYTES, _ID_BYTES)
     return Repetition(p // _ID_BYTES, span // _ID_BYTES, len(ids), tuple(ids[len(ids) - p // _ID_BYTES:]))
 
 
@@ -175,19 +445,20 @@ class _Tail(Generic[AnyStr]):
     """The checked part of a stream: its last `max_block` + 16 units as one string, and enough parts for
     the window, joined only when a check has a candidate period."""
 
-    __slots__ = ("_held", "_history", "_reach", "_recent", "_width", "fed", "rule")
+    __slots__ = ("_cuts", "_held", "_history", "_reach", "_recent", "_width", "fed", "rule")
 
     def __init__(self, rule: RepetitionRule, empty: AnyStr, width: int) -> None:
         self.rule = rule
         self.fed = 0  # units checked so far
         self._width = width
-        self._reach = (rule.max_block + _KEY) * width
+        self._reach = (rule.max_block + _KEY + _SHIFT) * width
+        self._cuts = (0, _SHIFT) if rule.counter_span else (0,)
         self._recent: AnyStr = empty
         self._history: deque[AnyStr] = deque()
         self._held = 0
 
-    def check(self, fresh: AnyStr) -> tuple[int, bool, AnyStr] | None:
-        """Add the units since the last check; (p, folded, window) when the tail repeats."""
+    def add(self, fresh: AnyStr) -> AnyStr | None:
+        """Add the units since the last check; the window when the tail has a candidate period, else None."""
         rule, width = self.rule, self._width
         self.fed += len(fresh) // width
         history = self._history
@@ -197,11 +468,12 @@ class _Tail(Generic[AnyStr]):
         while self._held - len(history[0]) >= window:
             self._held -= len(history.popleft())
         self._recent = recent = (self._recent + fresh)[-self._reach:]
-        if self.fed < rule.min_span or recent.rfind(recent[-_KEY * width:], 0, len(recent) - 1) < 0:
-            return None  # no candidate period: the usual case
-        raw = recent[:0].join(history)[-window:]
-        period = _period(raw, rule, width)
-        return None if period is None else (period[0], period[1], raw)
+        if self.fed < rule.min_span:
+            return None
+        for cut in self._cuts:
+            if _has_candidate(recent, len(recent) - cut * width, rule.max_block, width):
+                return recent[:0].join(history)[-window:]
+        return None  # no candidate period: the usual case
 
 
 class RepetitionDetector:
@@ -231,12 +503,11 @@ class RepetitionDetector:
                 fresh = "".join(self._parts)
                 self._parts.clear()
                 self._fresh = 0
-                hit = self._tail.check(fresh)
-                if hit is not None:
-                    p, folded, raw = hit
-                    known = max(self.rule.min_repeats * p, self.rule.min_span)
-                    span = _span(_fold(raw) if folded else raw, p, known, 1)
-                    self.found = Repetition(p, span, self._tail.fed, raw[len(raw) - p:])
+                raw = self._tail.add(fresh)
+                if raw is not None:
+                    hit = _text_period(raw, self.rule)
+                    if hit is not None:
+                        self.found = _found(raw, hit, self._tail.fed, self.rule)
         return self.found
 
 
@@ -265,11 +536,11 @@ class TokenRepetitionDetector:
             if len(pending) >= self._every:
                 fresh = _packed(pending)
                 pending.clear()
-                hit_ids = self._tail.check(fresh)
-                if hit_ids is not None:
-                    p, _, raw = hit_ids
-                    known = max(self.rule.min_repeats * p, self.rule.min_span * _ID_BYTES)
-                    span = _span(raw, p, known, _ID_BYTES) // _ID_BYTES
-                    block = array("I", raw[len(raw) - p:]).tolist()
-                    self.found = Repetition(p // _ID_BYTES, span, self._tail.fed, tuple(block))
+                raw = self._tail.add(fresh)
+                if raw is not None:
+                    p = _id_period(raw, self.rule)
+                    if p is not None:
+                        span = _span(raw, p, self.rule.needed("exact", p // _ID_BYTES) * _ID_BYTES, _ID_BYTES)
+                        block = array("I", raw[len(raw) - p:]).tolist()
+                        self.found = Repetition(p // _ID_BYTES, span // _ID_BYTES, self._tail.fed, tuple(block))
         return self.found

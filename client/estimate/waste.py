@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.core.repetition import TEXT_RULE, RepetitionRule, find_repetition
+from client.core.repetition import TEXT_RULE, Kind, RepetitionRule, find_repetition
 
 REPETITION = "repetition"  # the finish_reason of a reply a loop stop ended
 DFLASH_WINDOW = 4096  # SpecForge's max_length in the DFlash recipe
@@ -21,11 +21,13 @@ def past_window(completion: int, prompt: int, window: int) -> int:
     return completion - kept_in_window(completion, prompt, window)
 
 
-def loop_stop_point(text_length: int, block: int, span: int, rule: RepetitionRule = TEXT_RULE) -> float:
+def loop_stop_point(text_length: int, block: int, span: int, rule: RepetitionRule = TEXT_RULE,
+                    kind: Kind = "exact") -> float:
     """The character at which a stream's detector would stop a loop of `block` x ... covering the last
-    `span` characters: the loop's start, plus the repeats the rule needs, plus half a check interval."""
+    `span` characters: the loop's start, plus the repeats the rule needs for a block of its kind (prose
+    repeated exactly, prose with moving counters, structured text), plus half a check interval."""
     start = text_length - span
-    return min(float(text_length), start + max(rule.min_repeats * block, rule.min_span) + rule.check_every / 2)
+    return min(float(text_length), start + rule.needed(kind, block) + rule.check_every / 2)
 
 
 def loop_saving(text: str, completion: int, finish_reason: object,
@@ -38,7 +40,7 @@ def loop_saving(text: str, completion: int, finish_reason: object,
         return True, 0
     if found is None or not text:
         return False, 0
-    saved_chars = len(text) - loop_stop_point(len(text), found.block, found.span, rule)
+    saved_chars = len(text) - loop_stop_point(len(text), found.block, found.span, rule, found.kind)
     return True, round(completion * saved_chars / len(text))
 
 
@@ -50,4 +52,5 @@ def record_text(record: dict[str, Any]) -> str:
 def loop_stop_assumption(rule: RepetitionRule = TEXT_RULE) -> dict[str, Any]:
     """The rule and delay the loop-stop figures assume, for the JSON and the docs."""
     return {"max_block_chars": rule.max_block, "min_repeats": rule.min_repeats, "min_span_chars": rule.min_span,
+            "counter_span_chars": rule.counter_span, "structured_span_chars": rule.structured_span,
             "check_every_chars": rule.check_every, "mean_delay_chars": rule.check_every / 2}
