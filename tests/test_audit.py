@@ -205,3 +205,19 @@ def test_records_without_token_ids_beside_records_with_them_are_reported(
     assert data["counts"]["with_token_ids"] == with_ids
     expected = f"{without} of {with_ids + without} record(s) carry no token ids while {with_ids} do"
     assert (expected in messages(data)) is warned, messages(data)
+
+
+def test_invalid_prompt_lines_are_not_missing(tmp_path: Path) -> None:
+    """The run skips a prompt line that is not a valid record (here ShareGPT rows, with no `messages`) and
+    exits 0; the audit used to count them as missing and say INCOMPLETE, exit 3, for ever."""
+    write_segment(tmp_path / "run", [result(f"p{i}") for i in range(3)])
+    prompts = write_prompt_ids(tmp_path / "p.jsonl", [f"p{i}" for i in range(3)])
+    with prompts.open("ab") as handle:
+        for i in range(3):
+            handle.write(orjson.dumps({"id": f"share{i}", "conversations": [{"from": "human", "value": "hi"}]}) + b"\n")
+        handle.write(b"not json at all\n")
+    code, data, _ = audit(str(tmp_path / "run"), "--prompts", str(prompts))
+    assert code == 0, messages(data)
+    assert data["ids"]["missing"] == 0 and data["ids"]["invalid_prompts"] == 4
+    assert f"4 line(s) of the prompt files are not valid records (e.g. {prompts}:4: messages is missing" \
+        in messages(data)

@@ -170,6 +170,10 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
                                          "(the prompt differs from the one the result answers, e.g. "
                                          f"{'; '.join(ids.examples.get('edited', [])[:3])}): run client.run "
                                          "with --redo-edited to generate them again"))
+        if ids.invalid_prompts:
+            found.append(Finding("warn", f"{ids.invalid_prompts:,} line(s) of the prompt files are not valid records "
+                                         f"(e.g. {ids.examples['invalid_prompts'][0]}); the run skips them, so they "
+                                         "are not counted as missing: fix them and run again to have them generated"))
         if ids.missing:
             found.append(Finding("warn", f"incomplete: {ids.missing:,} of {ids.prompts:,} prompt id(s) have no result"))
     return found

@@ -33,6 +33,7 @@ from client.results.rules import (
     tool_schemas,
     usage_int,
 )
+from prompts.schema import validate_prompt
 
 EXAMPLES = 5
 
@@ -217,6 +218,7 @@ class IdCheck:
     unknown: int
     examples: dict[str, list[str]]
     edited: int = 0  # done prompts whose content differs from the one their result answers
+    invalid_prompts: int = 0  # prompt lines the run skips as invalid: not in the set, so never missing
 
 
 def scan_results(location: str, short_tokens: int, s3_endpoint_url: str | None = None) -> tuple[Scan, ReadReport]:
@@ -227,24 +229,26 @@ def scan_results(location: str, short_tokens: int, s3_endpoint_url: str | None =
     return scan, report
 
 
-def _prompt_ids(paths: Iterable[Path]) -> Iterator[tuple[str, str]]:
-    """(id, FILE:LINE) of every record of the prompt files that has an id."""
+def _prompt_ids(paths: Iterable[Path], invalid: list[str] | None = None) -> Iterator[tuple[str, str]]:
+    """(id, FILE:LINE) of every valid record of the prompt files. A line the run skips as invalid (not JSON,
+    or not a PromptRecord: `prompts.schema.validate_prompt`, the run's own rule) is no prompt of the set:
+    its FILE:LINE and problem go to `invalid`, and it is never counted as missing."""
     for path in paths:
         with prompt_lines(path) as handle:
             for number, raw in enumerate(handle, start=1):
                 if not raw.strip():
                     continue
-                prompt_id = leading_id(raw)
-                if prompt_id is None:
-                    try:
-                        obj = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        continue
-                    value = obj.get("id") if isinstance(obj, dict) else None
-                    if not isinstance(value, str):
-                        continue
-                    prompt_id = value
-                yield prompt_id, f"{path}:{number}"
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    problem: str | None = f"not valid JSON: {exc}"
+                else:
+                    problem = validate_prompt(obj)
+                if problem is not None:
+                    if invalid is not None:
+                        invalid.append(f"{path}:{number}: {problem}")
+                    continue
+                yield obj["id"], f"{path}:{number}"
 
 
 def _result_ids(location: str, s3_endpoint_url: str | None) -> Iterator[tuple[str, str]]:
@@ -264,7 +268,8 @@ def _result_ids(location: str, s3_endpoint_url: str | None) -> Iterator[tuple[st
 def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
               s3_endpoint_url: str | None = None) -> IdCheck:
     prompt_paths = resolve_prompt_files(prompt_paths).paths
-    prompt_hashes = array("Q", (id_hash(i) for i, _ in _prompt_ids(prompt_paths)))
+    invalid: list[str] = []
+    prompt_hashes = array("Q", (id_hash(i) for i, _ in _prompt_ids(prompt_paths, invalid)))
     prompts = sorted(prompt_hashes)
     results = sorted(result_ids)
     del prompt_hashes
@@ -300,8 +305,11 @@ def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
     if duplicated or unknown:
         examples.update(_name(_result_ids(location, s3_endpoint_url), {"duplicated": set(duplicated[:EXAMPLES]),
                                                       "unknown": set(unknown[:EXAMPLES])}))
+    if invalid:
+        examples["invalid_prompts"] = invalid[:EXAMPLES]
     return IdCheck(len(prompts) - prompt_duplicates, prompt_duplicates, len(missing), len(duplicated),
-                   duplicate_lines, len(unknown), {k: v for k, v in examples.items() if v})
+                   duplicate_lines, len(unknown), {k: v for k, v in examples.items() if v},
+                   invalid_prompts=len(invalid))
 
 
 def edited_prompts(prompt_paths: list[Path], digests: dict[int, int]) -> tuple[int, list[str]]:
