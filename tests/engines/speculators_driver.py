@@ -1,0 +1,146 @@
+"""Run speculators 0.9.0's own data preparation on a file and print the rows it keeps (runs in .venv-speculators).
+
+This script owns one thing: driving the real data path of ``speculators prepare-data`` on the CPU and writing
+what comes out. It imports the standard library and speculators (with the packages speculators imports),
+never the project. The project side is tests/engines/trainers.py.
+
+The call is ``speculators.data_generation.preprocessing.load_and_preprocess_dataset`` with the arguments
+``speculators/cli/prepare_data.py`` ``prepare_data`` passes (``--model`` the tokenizer directory, one
+``--data`` value, ``--seq-length``, ``--seed`` 0, ``--minimum-valid-tokens``, ``--max-samples``,
+``build_dataset_num_proc=default_preprocessing_workers()``, ``skip_token_freq`` on, no ``--render-endpoint``).
+Inside: ``load_processor`` (``AutoProcessor.from_pretrained``, which gives the tokenizer for a directory
+without a processor config), ``load_raw_dataset`` (a local ``.json``/``.jsonl`` file, a directory of them,
+``hf://datasets/...`` or ``hf:<id>``; a local ``.parquet`` file is refused, a folder of parquet files loads
+only as ``hf:<folder>``), a shuffle with the seed, ``build_speculator_training_dataset``, whose
+``_passthrough_pretokenized`` keeps rows with ``input_ids`` and ``loss_mask`` (cut to the window, dropped
+without a supervised token or below the minimum), and a second shuffle. The command's last step,
+``dataset.save_to_disk(--output)``, is left out: the rows are read from the dataset it returns.
+
+Nothing is stubbed. Conversations without ids need a vLLM ``/render`` endpoint, which this does not start:
+such a file fails as the command fails without ``--render-endpoint``.
+
+Output: one JSON line per row kept, ``{"input_ids": [...], "loss_mask": [...], "seq_len": N}`` in the
+dataset's order (speculators keeps no row id), to ``--out`` or stdout. Everything else the package prints
+goes to stderr. A trainer exception prints its class and message on stderr, then one line
+``@trainer-error {json}`` with ``type``, ``bases`` (the class's MRO names) and ``message``, and exits 3.
+``--check`` imports the modules used and prints the versions.
+
+Usage: python speculators_driver.py INPUT TOKENIZER_DIR MAX_LENGTH [--minimum-valid-tokens N]
+       [--max-samples N] [--seed 0] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO
+
+ERROR_MARKER = "@trainer-error "
+TRAINER_ERROR_EXIT = 3
+
+
+def _offline(scratch: str) -> None:
+    """Nothing may reach a hub; caches go to this run's scratch directory."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[name] = "1"
+    os.environ["HF_HOME"] = os.path.join(scratch, "hf-home")
+    os.environ["HF_DATASETS_CACHE"] = os.path.join(scratch, "hf-datasets")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+def _rows_stream(out: str | None) -> IO[str]:
+    """Where the rows go. Without --out, stdout is kept for them alone: file descriptor 1 is pointed at
+    stderr, so that whatever the package prints does not mix with the rows."""
+    if out is not None:
+        return open(out, "w", encoding="utf-8")  # closed by main
+    sys.stdout.flush()
+    rows = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return rows
+
+
+def _report(exc: BaseException) -> None:
+    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    info = {"type": type(exc).__name__, "bases": [cls.__name__ for cls in type(exc).__mro__], "message": str(exc)}
+    print(ERROR_MARKER + json.dumps(info), file=sys.stderr, flush=True)
+
+
+def _check() -> int:
+    import importlib.metadata as md
+
+    import speculators.data_generation.preprocessing  # noqa: F401
+
+    names = ("speculators", "hs-connectors", "torch", "transformers", "tokenizers", "datasets")
+    print(", ".join(f"{name} {md.version(name)}" for name in names))
+    return 0
+
+
+def _prepare(args: argparse.Namespace, scratch: str) -> list[dict[str, object]]:
+    from speculators.data_generation.preprocessing import default_preprocessing_workers, load_and_preprocess_dataset
+
+    dataset, _processor = load_and_preprocess_dataset(
+        target_model_path=args.tokenizer_dir,
+        train_data_paths=[args.input],
+        seq_length=args.max_length,
+        build_dataset_num_proc=default_preprocessing_workers(),
+        seed=args.seed,
+        max_samples=args.max_samples,
+        token_freq_path=Path(scratch) / "output" / "token_freq.pt",
+        render_endpoint=None,
+        minimum_valid_tokens=args.minimum_valid_tokens,
+        allow_empty_output=False,
+        trust_remote_code=False,
+        skip_token_freq=True,
+    )
+    rows: list[dict[str, object]] = []
+    for record in dataset:  # set_format("torch"): tensors
+        rows.append({"input_ids": [int(i) for i in record["input_ids"].tolist()],
+                     "loss_mask": [int(m) for m in record["loss_mask"].tolist()],
+                     "seq_len": int(record["seq_len"])})
+    return rows
+
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("input", help="one --data value: a .json/.jsonl file, a folder of them, or hf:<id or folder>")
+    parser.add_argument("tokenizer_dir", help="--model: a directory AutoProcessor loads")
+    parser.add_argument("max_length", type=int, help="--seq-length")
+    parser.add_argument("--minimum-valid-tokens", type=int, default=None, help="--minimum-valid-tokens")
+    parser.add_argument("--max-samples", type=int, default=None, help="--max-samples")
+    parser.add_argument("--seed", type=int, default=0, help="--seed (default 0)")
+    parser.add_argument("--out", help="write the rows here instead of stdout")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--check"]:
+        return _check()
+    args = _arguments(argv)
+    scratch = tempfile.mkdtemp(prefix="speculators-driver-")
+    try:
+        _offline(scratch)
+        stream = _rows_stream(args.out)
+        try:
+            try:
+                rows = _prepare(args, scratch)
+            except Exception as exc:  # the trainer's own failure is the result
+                _report(exc)
+                return TRAINER_ERROR_EXIT
+            for row in rows:
+                stream.write(json.dumps(row) + "\n")
+        finally:
+            stream.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
