@@ -45,3 +45,24 @@ def test_audit_and_estimate_read_the_s3_prefix(tmp_path: Path, fleet_factory: An
     assert estimate["input"]["done"] == 200
     code, _, stderr = tool("client.audit", f"s3://{BUCKET}/nothing-here", "--s3-endpoint-url", s3.url)
     assert code == 2 and "no uploaded result segments" in stderr
+
+
+def test_edited_prompts_of_an_s3_run_get_advice_that_works(tmp_path: Path, fleet_factory: Any,
+                                                            s3: S3Server, s3_prefix: str) -> None:
+    """`client.run --redo-edited --s3` is refused (S3 segments are never rewritten), so the audit of an S3
+    run must not advise it (before, it did)."""
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=("--mean-tokens", "20"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 6)
+    prefix = f"s3://{BUCKET}/{s3_prefix}"
+    run = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(tmp_path / "o"),
+                      "--s3", prefix, "--s3-endpoint-url", s3.url])
+    assert run.code == 0, run.stderr[-2000:]
+    lines = prompts.read_text().splitlines()
+    lines[2] = lines[2].replace("Question number 2", "Question number two")
+    prompts.write_text("\n".join(lines) + "\n")
+    _, remote, stderr = tool("client.audit", prefix, "--s3-endpoint-url", s3.url, "--prompts", str(prompts))
+    edited = [f["message"] for f in remote["findings"] if "were edited" in f["message"]]
+    assert len(edited) == 1, stderr
+    assert "give them new ids" in edited[0] and "run client.run with --redo-edited" not in edited[0]
+    _, local, _ = tool("client.audit", str(tmp_path / "o"), "--prompts", str(prompts))
+    assert any("run client.run with --redo-edited" in f["message"] for f in local["findings"])

@@ -168,8 +168,8 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
         if ids.edited:
             found.append(Finding("warn", f"{ids.edited:,} done prompt(s) were edited after their result was written "
                                          "(the prompt differs from the one the result answers, e.g. "
-                                         f"{'; '.join(ids.examples.get('edited', [])[:3])}): run client.run "
-                                         "with --redo-edited to generate them again"))
+                                         f"{'; '.join(ids.examples.get('edited', [])[:3])}): "
+                                         f"{ids.redo_advice}"))
         if ids.invalid_prompts:
             found.append(Finding("warn", f"{ids.invalid_prompts:,} line(s) of the prompt files are not valid records "
                                          f"(e.g. {ids.examples['invalid_prompts'][0]}); the run skips them, so they "
@@ -177,6 +177,14 @@ def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Threshold
         if ids.missing:
             found.append(Finding("warn", f"incomplete: {ids.missing:,} of {ids.prompts:,} prompt id(s) have no result"))
     return found
+
+
+# What to do about edited prompts. `client.run --redo-edited` rewrites local segments; an S3 run's segments
+# are uploaded and never rewritten, so there the edited prompts need ids of their own.
+LOCAL_REDO_ADVICE = "run client.run with --redo-edited to generate them again"
+S3_REDO_ADVICE = ("client.run --redo-edited rewrites local segments only, and an S3 run's segments are never "
+                  "rewritten: to generate the edited prompts again, give them new ids in the prompt file and run "
+                  "the same client.run --s3 command (the old results stay under the old ids)")
 
 
 def exit_code(findings: list[Finding], ids: IdCheck | None) -> int:
@@ -333,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ids is not None and scan.prompt_digests:
             edited, examples = edited_prompts(args.prompts, scan.prompt_digests)
             if edited:
-                ids = replace(ids, edited=edited, examples={**ids.examples, "edited": examples})
+                ids = replace(ids, edited=edited, examples={**ids.examples, "edited": examples},
+                              redo_advice=S3_REDO_ADVICE if args.results.startswith("s3://") else LOCAL_REDO_ADVICE)
         if args.histogram is not None:
             histogram_png(scan.lengths, args.histogram, short_tokens=limits.short_tokens,
                           title=f"COMPLETION LENGTHS OF {scan.records} RECORDS")

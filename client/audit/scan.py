@@ -219,6 +219,7 @@ class IdCheck:
     examples: dict[str, list[str]]
     edited: int = 0  # done prompts whose content differs from the one their result answers
     invalid_prompts: int = 0  # prompt lines the run skips as invalid: not in the set, so never missing
+    redo_advice: str = ""  # what to do about edited prompts, for this kind of location
 
 
 def scan_results(location: str, short_tokens: int, s3_endpoint_url: str | None = None) -> tuple[Scan, ReadReport]:
