@@ -104,7 +104,7 @@ def json_array_150() -> str:
     rng = random.Random(102)
     items = ",\n".join(f'  {{"id": {i + 100}, "sku": "SKU-{i + 100}", "qty": {rng.randint(10, 99)}, '
                        f'"active": true}}' for i in range(150))
-    return _reply(2, 700, "The fixture, 150 products:", f"```json\n[\n{items}\n]\n```", 9832)
+    return _reply(2, 450, "The fixture, 150 products:", f"```json\n[\n{items}\n]\n```", 9832)
 
 
 def table_60_days() -> str:
