@@ -162,3 +162,24 @@ def test_a_server_that_cannot_count_is_counted_here_with_the_tokenizer(tmp_path:
         assert record["train_window"]["prompt_tokens"] == count
         room = min(600, window - count)
         assert sent[record["messages"][-1]["content"]] == record["train_window"]["max_tokens"] == room
+
+
+@pytest.mark.parametrize("compat", ["auto", "openai"])
+def test_the_tokenizer_rescues_an_sglang_server_without_a_tokenize_route(tmp_path: Path, servers: Any,
+                                                                         compat: str) -> None:
+    """The odd server says it is SGLang but answers /v1/tokenize with 404: with --tokenizer its prompts are
+    counted on this host (before, the run was refused, exit 2, with --compat openai too)."""
+    from tests.tokenizer_fixture import tiny_tokenizer_dir
+
+    server = servers.oddserver("normal")
+    prompts = make_prompts(tmp_path / "p.jsonl", 3, with_tools_every=0)
+    out = tmp_path / "out"
+    result = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(out), "--compat", compat,
+                         "--max-tokens", "600", "--train-window", "300", "--tokenizer", str(tiny_tokenizer_dir())])
+    assert result.code == 0, result.stderr[-3000:]
+    assert len(read_results(out)) == 3
+    if compat == "auto":
+        assert "answers HTTP 404; its prompts are counted on this host with --tokenizer" in result.stderr
+    for record in read_results(out):
+        cut = record["train_window"]
+        assert cut["prompt_tokens"] > 0 and cut["max_tokens"] == 300 - cut["prompt_tokens"]

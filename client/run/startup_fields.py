@@ -5,6 +5,7 @@ to every endpoint that answers (client.fleet.preflight)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -13,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import AttemptError, ConfigError
+from client.core.errors import AttemptError, ConfigError, RequestRejected
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
 from client.fleet.kinds import ServerKind
@@ -38,18 +39,30 @@ def _check_counting(endpoints: Sequence[Endpoint], shape: RequestShape, window: 
                           "--compat sglang|vllm if they are one, or run without --train-window.")
 
 
-async def _count_once(answering: Sequence[Endpoint], shape: RequestShape, probe: Prompt) -> None:
-    """One tokenize request per answering endpoint, so a server that refuses it stops the run at start."""
+async def _count_once(answering: Sequence[Endpoint], shape: RequestShape, probe: Prompt, *,
+                      counts_locally: bool, note: Callable[[str], None]) -> RequestShape:
+    """One tokenize request per answering endpoint, so a server that refuses it stops the run at start. With
+    `--tokenizer` (`counts_locally`), a server that has no such route (404, 405) is counted on this host
+    instead: the shape returned has no count path for it."""
     body = orjson.dumps(shape.count_request(probe, probe.messages))
+    paths = list(shape.count_paths)
     for endpoint in answering:
         path = shape.count_path(endpoint.index)
-        assert path is not None
+        if path is None:
+            continue
         try:
             await endpoint.count_prompt(path, body)
         except AttemptError as exc:
+            if counts_locally and isinstance(exc, RequestRejected) and exc.status in (404, 405):
+                note(f"--train-window: {endpoint.url}{path} answers HTTP {exc.status}; its prompts are counted on "
+                     "this host with --tokenizer")
+                paths[endpoint.index] = None
+                continue
+            local = "" if counts_locally else ", or pass --tokenizer DIR to count on this host"
             raise ConfigError(f"--train-window: {endpoint.url}{path} did not count the preflight prompt's tokens "
-                              f"({exc}); nothing was sent. Run without --train-window, or use a server that "
+                              f"({exc}); nothing was sent. Run without --train-window{local}, or use a server that "
                               "answers it (SGLang 0.5.23, vLLM).") from exc
+    return dataclasses.replace(shape, count_paths=tuple(paths))
 
 
 async def _warn_of_lossy_tool_parsers(sglang: Sequence[Endpoint], note: Callable[[str], None]) -> None:
@@ -115,7 +128,7 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
 
     results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
     if train_window is not None:
-        await _count_once([e for e in answering if shape.count_path(e.index) is not None], shape, probe)
+        shape = await _count_once(answering, shape, probe, counts_locally=counts_locally, note=note)
     passed = sum(result.ok for result in results)
     note(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
     return shape
