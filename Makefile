@@ -4,8 +4,9 @@
 PYTHON ?=
 VENV ?= .venv
 BIN := $(VENV)/bin
-# What `make test-fast` leaves out: the engines (SGLang's parser, real SGLang, vLLM, SLURM) and the tests marked slow.
-FAST_MARKERS := not vllm and not sglang and not sglang_server and not slurm and not slow
+# What `make test-fast` leaves out: the engines (SGLang's parser, real SGLang, vLLM, SLURM, the trainers) and the tests
+# marked slow.
+FAST_MARKERS := not vllm and not sglang and not sglang_server and not slurm and not trainers and not slow
 
 .PHONY: setup engines lint test test-fast demo clean
 
@@ -18,12 +19,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The real engines the tests run against: SGLang's argument parser, SGLang 0.5.23 and vLLM on the CPU (each in
-# its own venv), and a single-node SLURM cluster on 127.0.0.1 (Debian's slurm-wlm; needs root, skipped with a
-# note without).
+# its own venv), the drafter trainers' data code (SpecForge 0.2.0 and speculators 0.9.0, each in its own venv),
+# and a single-node SLURM cluster on 127.0.0.1 (Debian's slurm-wlm; needs root, skipped with a note without).
 engines: setup
 	bash tests/setup/sglang.sh $(BIN)/python
 	bash tests/setup/sglang_server.sh .venv-sglang
 	bash tests/setup/vllm.sh .venv-vllm
+	bash tests/setup/trainers.sh
 	bash tests/setup/slurm.sh
 
 lint: setup
@@ -37,7 +39,7 @@ test: engines lint
 	@mkdir -p .cache
 	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --junitxml=.cache/junit.xml
 
-# A few minutes, no engines: everything but the tests marked vllm, sglang or slow.
+# A few minutes, no engines: everything but the tests marked vllm, sglang, slurm, trainers or slow.
 test-fast: setup
 	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)"
 

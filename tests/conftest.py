@@ -4,9 +4,10 @@ engines' markers, and helpers that run the real `python -m client.run` CLI as a 
 what it writes.
 
 Markers (declared in pyproject.toml): `vllm` and `sglang` on every test that needs that engine (a test
-using an engine's fixture without its marker is a collection error), `slow` on tests over ~5 s; `s3` is
+using an engine's fixture without its marker is a collection error), `trainers` on every test that runs a
+drafter trainer's data code (tests/engines/conftest_trainers.py), `slow` on tests over ~5 s; `s3` is
 added here to each test that uses the S3 protocol server (fixtures `s3`, `s3_private`), and to no other.
-`make test-fast` deselects vllm, sglang and slow. Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`)
+`make test-fast` deselects vllm, sglang, trainers and slow. Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`)
 each engine's tests form one xdist group, so that its session servers start on one worker only.
 """
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "prompts" / "sample.jsonl"
 
-pytest_plugins = ["tests.engines.conftest_vllm", "tests.engines.conftest_sglang"]
+pytest_plugins = ["tests.engines.conftest_vllm", "tests.engines.conftest_sglang", "tests.engines.conftest_trainers"]
 
 # The tool schema the generated prompts carry (a strict one: `unit` is an enum, no other properties).
 WEATHER_TOOL: dict[str, Any] = {"type": "function", "function": {
@@ -55,6 +56,7 @@ ENGINE_FIXTURES = {
     "sglang": {"sglang_parser"},
     "sglang_server": {"sglang_venv_python", "sglang_model_dirs", "sglang_script", "sglang_pair", "sglang_scripted"},
     "slurm": {"slurm_cluster"},  # tests/test_slurm.py
+    "trainers": {"specforge_venv", "speculators_venv"},  # tests/engines/conftest_trainers.py
 }
 # The fixtures that start or share the S3 protocol server: the tests using one get the `s3` marker.
 S3_FIXTURES = {"s3_session", "s3_private"}
@@ -76,7 +78,7 @@ def engine_missing(message: str) -> NoReturn:
     skipped with the reason and the way out; `make test-fast` deselects these tests before they start."""
     if in_ci():
         pytest.fail(f"{message}\n(CI=true: every engine must be installed; `make engines` does it)", pytrace=False)
-    pytest.skip(f"{message}; or leave the engines out: pytest -m 'not vllm and not sglang'")
+    pytest.skip(f"{message}; or leave the engines out: make test-fast")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
@@ -98,8 +100,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif groups:
             item.add_marker(pytest.mark.xdist_group(groups[0]))
     if unmarked:
-        raise pytest.UsageError("tests that need an engine must carry its marker (vllm, sglang or slurm), and "
-                                "only one engine's:\n  "
+        raise pytest.UsageError("tests that need an engine must carry its marker (vllm, sglang, slurm or "
+                                "trainers), and only one engine's:\n  "
                                 + "\n  ".join(unmarked))
 
 

@@ -23,60 +23,31 @@ Output: one JSON line per row kept, ``{"input_ids": [...], "loss_mask": [...], "
 dataset's order (speculators keeps no row id), to ``--out`` or stdout. Everything else the package prints
 goes to stderr. A trainer exception prints its class and message on stderr, then one line
 ``@trainer-error {json}`` with ``type``, ``bases`` (the class's MRO names) and ``message``, and exits 3.
-``--check`` imports the modules used and prints the versions.
+``--check`` imports the modules used and prints the versions; ``--serve`` runs command lines read from
+stdin in one process (driver_io.py, next to this file, says how).
 
 Usage: python speculators_driver.py INPUT TOKENIZER_DIR MAX_LENGTH [--minimum-valid-tokens N]
        [--max-samples N] [--seed 0] [--out FILE]
+       python speculators_driver.py --check | --serve
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
-from typing import IO
 
-ERROR_MARKER = "@trainer-error "
-TRAINER_ERROR_EXIT = 3
+import driver_io
 
 
-def _offline(scratch: str) -> None:
-    """Nothing may reach a hub; caches go to this run's scratch directory."""
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        os.environ[name] = "1"
-    os.environ["HF_HOME"] = os.path.join(scratch, "hf-home")
-    os.environ["HF_DATASETS_CACHE"] = os.path.join(scratch, "hf-datasets")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-
-
-def _rows_stream(out: str | None) -> IO[str]:
-    """Where the rows go. Without --out, stdout is kept for them alone: file descriptor 1 is pointed at
-    stderr, so that whatever the package prints does not mix with the rows."""
-    if out is not None:
-        return open(out, "w", encoding="utf-8")  # closed by main
-    sys.stdout.flush()
-    rows = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return rows
-
-
-def _report(exc: BaseException) -> None:
-    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-    info = {"type": type(exc).__name__, "bases": [cls.__name__ for cls in type(exc).__mro__], "message": str(exc)}
-    print(ERROR_MARKER + json.dumps(info), file=sys.stderr, flush=True)
+def _import_trainer() -> None:
+    import speculators.data_generation.preprocessing  # noqa: F401
 
 
 def _check() -> int:
     import importlib.metadata as md
 
-    import speculators.data_generation.preprocessing  # noqa: F401
-
+    _import_trainer()
     names = ("speculators", "hs-connectors", "torch", "transformers", "tokenizers", "datasets")
     print(", ".join(f"{name} {md.version(name)}" for name in names))
     return 0
@@ -108,7 +79,7 @@ def _prepare(args: argparse.Namespace, scratch: str) -> list[dict[str, object]]:
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="speculators_driver.py", description=__doc__.splitlines()[0])
     parser.add_argument("input", help="one --data value: a .json/.jsonl file, a folder of them, or hf:<id or folder>")
     parser.add_argument("tokenizer_dir", help="--model: a directory AutoProcessor loads")
     parser.add_argument("max_length", type=int, help="--seq-length")
@@ -119,27 +90,23 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def job(argv: list[str], scratch: str) -> int:
+    args = _arguments(argv)
+    try:
+        rows = _prepare(args, scratch)
+    except Exception as exc:  # the trainer's own failure is the result
+        driver_io.report(exc)
+        return driver_io.TRAINER_ERROR_EXIT
+    driver_io.write_rows(rows, args.out)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         return _check()
-    args = _arguments(argv)
-    scratch = tempfile.mkdtemp(prefix="speculators-driver-")
-    try:
-        _offline(scratch)
-        stream = _rows_stream(args.out)
-        try:
-            try:
-                rows = _prepare(args, scratch)
-            except Exception as exc:  # the trainer's own failure is the result
-                _report(exc)
-                return TRAINER_ERROR_EXIT
-            for row in rows:
-                stream.write(json.dumps(row) + "\n")
-        finally:
-            stream.close()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return 0
+    if argv == ["--serve"]:
+        return driver_io.serve(job, _import_trainer)
+    return driver_io.one_shot(job, argv)
 
 
 if __name__ == "__main__":
