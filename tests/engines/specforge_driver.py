@@ -54,7 +54,10 @@ import os
 import sys
 from typing import Any
 
-import driver_io
+import driver_io  # tests/engines/driver_io.py: this script's directory is sys.path[0]
+
+# Nothing else next to this script may shadow a package of the trainer's venv.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 DFLASH_DRAFT_CONFIG = {"block_size": 16}
 

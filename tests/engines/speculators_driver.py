@@ -34,10 +34,14 @@ Usage: python speculators_driver.py INPUT TOKENIZER_DIR MAX_LENGTH [--minimum-va
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-import driver_io
+import driver_io  # tests/engines/driver_io.py: this script's directory is sys.path[0]
+
+# Nothing else next to this script may shadow a package of the trainer's venv.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 
 def _import_trainer() -> None:
