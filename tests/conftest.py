@@ -64,9 +64,10 @@ S3_FIXTURES = {"s3_session", "s3_private"}
 # 180 s, SGLang up to 300 s).
 VLLM_TIMEOUT_S = 600
 # `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). The tests of one engine share
-# session-scoped servers (and SLURM one cluster), so each engine's tests form one group and run on one
-# worker: its servers start once, not once per worker. Every other test is scheduled on its own.
-XDIST_GROUPS = ("vllm", "sglang_server", "slurm")
+# session-scoped servers (SLURM one cluster, the trainers one driver process each), so each engine's tests
+# form one group and run on one worker: its servers start once, not once per worker. Every other test is
+# scheduled on its own.
+XDIST_GROUPS = ("vllm", "sglang_server", "slurm", "trainers")
 
 
 def in_ci() -> bool:
