@@ -12,6 +12,10 @@ Holding: while `<state>/hold` exists, a PUT of a segment body waits before moto 
 Refusing multipart: while `<state>/no_multipart` exists, every multipart call (start, part, complete,
 abort, list) answers 501 NotImplemented, as S3-compatible stores without a multipart API do.
 
+S3's clock: `<state>/clock_ahead.json` maps a key prefix to seconds; an answer to a request whose path
+names that prefix carries a `Date` header that many seconds ahead, so the objects there look that much
+older on S3's clock (time has passed on S3), and nothing else on the shared server changes.
+
 Run as `python -m tests.s3_server --port P --state DIR`.
 """
 
@@ -21,6 +25,7 @@ import argparse
 import contextlib
 import gzip
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -83,6 +88,25 @@ class _NoMultipart:
         return self.app(environ, start_response)
 
 
+def _clock_ahead(state: Path, path: str) -> float:
+    try:
+        offsets = json.loads((state / "clock_ahead.json").read_text())
+    except (OSError, ValueError):
+        return 0.0
+    return float(sum(seconds for prefix, seconds in offsets.items() if prefix in path))
+
+
+def _handler(base: type, state: Path) -> type:
+    """The request handler, its Date header moved ahead where `clock_ahead.json` says."""
+
+    class Handler(base):  # type: ignore[misc, valid-type]
+        def date_time_string(self, timestamp: float | None = None) -> str:
+            ahead = _clock_ahead(state, getattr(self, "path", ""))
+            return str(super().date_time_string((time.time() if timestamp is None else timestamp) + ahead))
+
+    return Handler
+
+
 def serve(port: int, state: Path) -> None:
     state.mkdir(parents=True, exist_ok=True)
     recording = state / "recording.jsonl"
@@ -101,7 +125,7 @@ def serve(port: int, state: Path) -> None:
         private.shutdown()
         private.server_close()
     server = make_server("127.0.0.1", port, _NoMultipart(_Hold(app, state), state), threaded=True,
-                         request_handler=MotoRequestHandler)
+                         request_handler=_handler(MotoRequestHandler, state))
     server.serve_forever()
 
 
@@ -176,6 +200,16 @@ class S3Server:
     def refuse_multipart(self) -> None:
         """From now on, every multipart call answers 501 NotImplemented."""
         (self.state / "no_multipart").touch()
+
+    def clock_ahead(self, prefix: str, seconds: float) -> None:
+        """From now on, S3's clock reads `seconds` later for the keys under `prefix` (this test's own):
+        what is stored there looks that much older, as if that much time had passed."""
+        path = self.state / "clock_ahead.json"
+        offsets = json.loads(path.read_text()) if path.exists() else {}
+        offsets[prefix] = seconds
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(offsets))
+        temporary.replace(path)
 
     def wait_held(self, timeout: float) -> str | None:
         deadline = time.monotonic() + timeout

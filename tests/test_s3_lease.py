@@ -1,9 +1,16 @@
-"""The manifest as a lease: a second live writer of one name on one S3 prefix is refused at start; a
-writer that is gone (its process dead on this machine, or its manifest stale) is taken over and said."""
+"""Leases on an S3 prefix: a second live writer of one name, or of one shard under another name (another
+host), is refused at start with exit 2 and one line; a writer that is gone (its process dead on this
+machine, or no heartbeat stored for two sync intervals plus a minute) is taken over and said. Liveness is
+judged on S3's clock (S3's Date minus the object's LastModified), never by comparing two hosts' clocks: a
+writer whose clock is 15 minutes slow is live while S3 keeps storing its heartbeats, for the client and
+for `client.status` alike. The shard's lease object settles two clients that start at once.
+
+Time passing on S3 is S3's clock moved ahead for the test's own prefix (tests/s3_server.py)."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +18,10 @@ import orjson
 import pytest
 
 from client.core.errors import ManifestConflict
-from client.s3.lease import check_lease, check_shard_counts, fresh_for
-from client.s3.manifest import Manifest
+from client.s3.lease import check_lease, check_same_shard, check_shard_counts, fresh_for
+from client.s3.manifest import Manifest, manifest_key
+from client.s3.shard_lease import LeaseRecord, ShardLease, lease_key
+from client.s3.store import S3Store, S3Url
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client, wait_until
 from tests.s3_server import BUCKET, S3Server
@@ -22,9 +31,10 @@ HERE = "node-a/0242ac110002"
 
 
 def manifest(*, state: str = "running", machine: str = HERE, pid: int = 4242, age: float = 10.0,
-             sync: float = 180.0) -> Manifest:
-    return Manifest(writer="node-a-0of1", host="node-a", shard="0/1", run="r1", state=state,
-                    sync_interval_s=sync, updated=NOW - age, machine=machine, pid=pid)
+             sync: float = 180.0, age_s: float | None = None, host: str = "node-a", shard: str = "0/1") -> Manifest:
+    """`age`: by the writer's own `updated` against NOW; `age_s`: as S3's clock says (None: not read from S3)."""
+    return Manifest(writer=f"{host}-{shard.replace('/', 'of')}", host=host, shard=shard, run="r1", state=state,
+                    sync_interval_s=sync, updated=NOW - age, machine=machine, pid=pid, age_s=age_s)
 
 
 @pytest.mark.parametrize(("previous", "alive", "outcome"), [
@@ -32,8 +42,12 @@ def manifest(*, state: str = "running", machine: str = HERE, pid: int = 4242, ag
     (manifest(state="stopped"), True, None),
     (manifest(machine=""), True, None),                                  # written by a client without a lease
     (manifest(), False, "its last client on this machine (host node-a, pid 4242, run r1) is gone"),
-    (manifest(age=421.0), True, "has not been updated for 7m01s"),     # 2 x 180 s + 60 s
-    (manifest(machine="node-a/other", age=421.0), True, "has not been updated for 7m01s"),
+    (manifest(age=421.0), True, "no heartbeat from it for 7m01s"),     # 2 x 180 s + 60 s
+    (manifest(machine="node-a/other", age=421.0), True, "no heartbeat from it for 7m01s"),
+    # The writer's clock is 15 minutes slow, but S3 stored its heartbeat 5 s ago: live.
+    (manifest(machine="node-a/other", age=905.0, age_s=5.0), True, "conflict"),
+    # The writer's clock is 15 minutes fast, but S3 has stored nothing from it for 7m01s: gone.
+    (manifest(machine="node-a/other", age=-900.0, age_s=421.0), True, "no heartbeat from it for 7m01s"),
     (manifest(), True, "conflict"),                                      # alive here
     (manifest(machine="node-a/other"), False, "conflict"),               # another machine, fresh
     (manifest(machine="node-a/other", age=419.0), False, "conflict"),
@@ -123,3 +137,122 @@ def test_shards_of_a_new_count_start_at_once_after_a_kill_here(tmp_path: Path, f
         assert "live writer" not in stderr
     done = [r["id"] for k in range(2) for r in read_results(tmp_path / f"s{k}")]
     assert sorted(done) == [f"p{i:06d}" for i in range(60)]
+
+
+# -- one shard, one writer, whatever its host --------------------------------------------------------
+
+OTHER = "node-b/0242ac110003"
+
+
+@pytest.mark.parametrize(("other", "alive", "refused"), [
+    (manifest(host="node-b", shard="0/2", machine=OTHER), True, True),               # live, another host
+    (manifest(host="node-b", shard="0/2", machine=OTHER, age=905.0, age_s=5.0), True, True),  # slow clock
+    (manifest(host="node-b", shard="0/2", machine=OTHER, age_s=421.0), True, False),  # no heartbeat for 7m01s
+    (manifest(host="node-b", shard="0/2", machine=HERE), False, False),             # its pid is gone from here
+    (manifest(host="node-b", shard="0/2", machine=OTHER, state="finished"), True, False),
+    (manifest(host="node-b", shard="1/2", machine=OTHER), True, False),             # another shard
+    (manifest(host="node-a", shard="0/2", machine=OTHER), True, False),             # this writer's own name
+])
+def test_check_same_shard(other: Manifest, alive: bool, refused: bool) -> None:
+    def check() -> None:
+        check_same_shard([other], writer="node-a-0of2", shard="0/2", url="s3://b/p/", now=NOW, machine=HERE,
+                         alive=lambda pid: alive)
+    if refused:
+        with pytest.raises(ManifestConflict, match=r"shard 0/2 is already being written to s3://b/p/ by writer "
+                                                   r"node-b-0of2 \(host node-b, pid 4242, run r1; S3 stored its "
+                                                   r"heartbeat \d+s ago\)"):
+            check()
+    else:
+        check()
+
+
+def record(host: str, run: str = "r1", shard: str = "0/2") -> LeaseRecord:
+    return LeaseRecord(writer=f"{host}-{shard.replace('/', 'of')}", host=host, shard=shard,
+                       machine=f"{host}/000000000001", pid=4242, run=run, sync_interval_s=60.0)
+
+
+async def test_of_two_clients_starting_on_one_shard_one_runs(s3: S3Server, s3_prefix: str) -> None:
+    async with S3Store(S3Url.parse(f"s3://{BUCKET}/{s3_prefix}"), endpoint_url=s3.url) as store:
+        a = ShardLease(store, record("node-a"), alive=lambda pid: True)
+        b = ShardLease(store, record("node-b"), alive=lambda pid: True)
+        # Both read the prefix before either claims the shard: neither is refused yet.
+        await a.check()
+        await b.check()
+        assert await a.claim() is None
+        with pytest.raises(ManifestConflict, match=r"shard 0/2 is already being written .* by writer node-a-0of2"):
+            await b.claim()
+        await a.renew()  # the heartbeat: still a's
+        # a ends: the shard is free at once.
+        await a.release()
+        assert await b.claim() is None
+        stored = orjson.loads(s3.get(BUCKET, f"{s3_prefix}/{lease_key('0/2')}"))
+        assert (stored["writer"], stored["state"]) == ("node-b-0of2", "running")
+
+        # b's heartbeats stop reaching S3 for an hour; c takes the shard over, and b, back, stops.
+        s3.clock_ahead(s3_prefix, 3600)
+        c = ShardLease(store, record("node-c"), alive=lambda pid: True)
+        said = await c.claim()
+        assert said is not None and "taking over shard 0/2 from writer node-b-0of2" in said
+        assert "no heartbeat from it for 1h" in said
+        with pytest.raises(ManifestConflict, match="was taken over by writer node-c-0of2"):
+            await b.renew()
+
+
+def live_manifest_of_another_host(server: S3Server, prefix: str) -> Manifest:
+    """Shard 0/2 running on node-b, whose clock is 15 minutes slow: S3 stores its heartbeat now."""
+    other = Manifest(writer="node-b-0of2", host="node-b", shard="0/2", run="r9", state="running",
+                     sync_interval_s=60.0, machine=OTHER, pid=4242)
+    blob = orjson.loads(other.to_json())
+    blob["updated"] -= 900
+    server.client().put_object(Bucket=BUCKET, Key=f"{prefix}/{manifest_key(other.writer)}", Body=orjson.dumps(blob))
+    return other
+
+
+def status_code(server: S3Server, prefix: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "client.status", "--s3", f"s3://{BUCKET}/{prefix}",
+                           "--s3-endpoint-url", server.url, "--json"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_live_writer_of_the_shard_on_another_host_refuses_the_start(tmp_path: Path, fleet_factory: Any,
+                                                                      s3: S3Server, s3_prefix: str) -> None:
+    live_manifest_of_another_host(s3, s3_prefix)
+    # client.status sees it live (not stale) in spite of its clock.
+    code, said = status_code(s3, s3_prefix)
+    assert code == 0, said
+    assert '"stale": false' in said
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=("--mean-tokens", "20"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 10)
+    result = run_client(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(tmp_path / "out"),
+                         "--shard", "0/2", "--s3", f"s3://{BUCKET}/{s3_prefix}", "--s3-endpoint-url", s3.url],
+                        timeout=120)
+    assert result.code == 2, result.stderr[-2000:]
+    [line] = [text for text in result.stderr.splitlines() if "already being written" in text]
+    assert line.startswith("error: shard 0/2 is already being written") and "writer node-b-0of2" in line
+    assert not read_results(tmp_path / "out")
+    assert s3.keys(BUCKET, f"{s3_prefix}/manifests/") == [f"{s3_prefix}/manifests/node-b-0of2.json"]
+    assert not s3.keys(BUCKET, f"{s3_prefix}/leases/"), "a refused start writes nothing"
+
+
+def test_a_live_lease_of_the_shard_refuses_the_start(tmp_path: Path, fleet_factory: Any, s3: S3Server,
+                                                     s3_prefix: str) -> None:
+    # Another host has just claimed shard 0/2 and has not written its manifest yet.
+    s3.client().put_object(Bucket=BUCKET, Key=f"{s3_prefix}/{lease_key('0/2')}", Body=record("node-b").to_json())
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=("--mean-tokens", "20"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 10)
+    common = ["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--s3", f"s3://{BUCKET}/{s3_prefix}",
+              "--s3-endpoint-url", s3.url]
+    result = run_client([*common, "--shard", "0/2", "--out", str(tmp_path / "a")], timeout=120)
+    assert result.code == 2, result.stderr[-2000:]
+    assert "error: shard 0/2 is already being written" in result.stderr and "node-b-0of2" in result.stderr
+    # The other shard runs, takes its own lease and releases it at the end.
+    other = run_client([*common, "--shard", "1/2", "--out", str(tmp_path / "b")], timeout=120)
+    assert other.code == 0, other.stderr[-2000:]
+    released = orjson.loads(s3.get(BUCKET, f"{s3_prefix}/{lease_key('1/2')}"))
+    assert released["state"] == "released"
+    # An hour on, S3 has had no heartbeat from node-b: shard 0/2 is taken over, and that is said.
+    s3.clock_ahead(s3_prefix, 3600)
+    again = run_client([*common, "--shard", "0/2", "--out", str(tmp_path / "a")], timeout=120)
+    assert again.code == 0, again.stderr[-2000:]
+    assert "taking over shard 0/2 from writer node-b-0of2" in again.stderr

@@ -94,6 +94,18 @@ def test_rate_eta_and_completeness_with_prompts() -> None:
     assert done.eta_s == 0.0 and done.rows[0].complete(), "nothing remains: complete whatever the state"
 
 
+def test_stale_is_judged_on_s3_clock() -> None:
+    # The writer's clock is 15 minutes slow (its `updated` says 15 minutes ago), but S3 stored its manifest
+    # 20 s ago: live. Another's clock is 15 minutes fast, and S3 has had nothing from it for an hour: stale.
+    slow = manifest("0/2", "a", "running", updated_ago=900)
+    slow.age_s = 20.0
+    fast = manifest("1/2", "b", "running", updated_ago=-900)
+    fast.age_s = 3600.0
+    status = summarize([slow, fast], None, now=NOW)
+    assert [r.shard for r in status.stale()] == ["1/2"]
+    assert [round(r.age(NOW)) for r in status.rows] == [20, 3600]
+
+
 def status_cli(server: S3Server, prefix: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run([sys.executable, "-m", "client.status", "--s3", f"s3://{BUCKET}/{prefix}",
                            "--s3-endpoint-url", server.url, "--json", *extra],
@@ -116,12 +128,12 @@ def test_stale_shard_exits_3_and_names_it(tmp_path: Path, fleet_factory: Any, s3
     assert doc["totals"]["complete_shards"] == 1 and doc["missing_shards"] == ["1/2"]
     assert doc["shards"][0]["complete"] and doc["shards"][0]["hosts"]
 
-    # Shard 1/2's client died on another node an hour ago without saying so: its manifest says running.
+    # Shard 1/2's client died on another node an hour ago without saying so: its manifest says running, and
+    # S3 stored it an hour ago (S3's clock is moved on by an hour for this prefix).
     dead = Manifest(writer="node7-1of2", host="node7", shard="1/2", state="running", sync_interval_s=60.0,
                     machine="node7/0", pid=1)
-    blob = orjson.loads(dead.to_json())
-    blob["updated"] -= 3600
-    s3.client().put_object(Bucket=BUCKET, Key=f"{s3_prefix}/{manifest_key(dead.writer)}", Body=orjson.dumps(blob))
+    s3.client().put_object(Bucket=BUCKET, Key=f"{s3_prefix}/{manifest_key(dead.writer)}", Body=dead.to_json())
+    s3.clock_ahead(s3_prefix, 3600)
     code, doc, stderr = status_cli(s3, s3_prefix, "--prompts", str(prompts))
     assert code == 3, stderr
     assert doc["totals"]["stale_shards"] == ["1/2"]

@@ -47,10 +47,12 @@ exit codes:
   0    every valid prompt is done
   1    the run ended, but some prompts failed after all attempts (run again to retry them); prompts
        longer than the context (too_long) are reported apart and alone do not make the exit code 1
-  2    bad options, unreachable endpoints, unknown model or unwritable --out; nothing was sent
+  2    bad options, unreachable endpoints, unknown model, unwritable --out, or a live writer of this
+       shard on the --s3 prefix; nothing was sent
   3    bad input and --strict was given
   4    results could not be written (disk full or read-only); free space and run again
   5    the run ended, but some segments are not in S3 yet (S3 unreachable); run again to upload them
+       (a segment over one PUT on a store without multipart uploads is named above: see docs/s3.md)
   130  stopped by Ctrl-C or SIGTERM; run again to continue
 """
 

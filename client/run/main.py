@@ -3,7 +3,8 @@ starts a simulated fleet under --simulate, runs the job (client.run.job) and map
 documented exit codes (client.run.exit_codes).
 
 Exit codes: 0 every valid prompt is done; 1 the run ended but some prompts failed after all attempts
-(run again to retry them); 2 bad options or an unusable fleet/--out, nothing sent; 3 bad input under
+(run again to retry them); 2 bad options, an unusable fleet/--out or a live writer of this shard on the
+--s3 prefix, nothing sent; 3 bad input under
 --strict; 4 results could not be written (disk full or read-only: free space and run again);
 5 the run ended but some segments are not in S3 yet (run again to upload them);
 130 stopped by Ctrl-C or SIGTERM (run again to continue).

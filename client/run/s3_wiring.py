@@ -36,7 +36,7 @@ async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids
         raise ConfigError(f"{exc}. Nothing was sent; start again once S3 answers.") from exc
     uploader = SegmentUploader(store, found.manifest, found.etag, gzipped=args.s3_gzip,
                                part_size=int(args.s3_part_mb * (1 << 20)), delete_uploaded=args.delete_uploaded,
-                               note=lambda line: say(f"s3: {line}"))
+                               note=lambda line: say(f"s3: {line}"), lease=found.lease)
     say(f"s3: {url} as writer {writer} ({manifest_key(writer)}): read {found.manifests} manifest(s); "
          f"{found.s3_ids_added:,} more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
     for line in found.damaged:

@@ -77,7 +77,7 @@ CODE_TABLE: tuple[tuple[frozenset[str], frozenset[int], Callable[[Answer, S3Step
     (frozenset({"NoSuchBucket"}), frozenset(), _missing_bucket),
     (frozenset({"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
                 "InvalidToken", "AllAccessDisabled", "AccountProblem"}), frozenset({403}), _denied),
-    (frozenset({"PreconditionFailed"}), frozenset({412}), _conflict),
+    (frozenset({"PreconditionFailed", "ConditionalRequestConflict"}), frozenset({412}), _conflict),
     (frozenset({"SlowDown", "RequestTimeout", "ServiceUnavailable", "InternalError", "RequestTimeTooSkewed"}),
      _SERVER_STATUSES, _busy),
 )

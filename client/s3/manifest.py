@@ -144,6 +144,9 @@ class Manifest:
     pid: int = 0
     # Where the shard came from: "--shard K/N", or the scheduler's variables with --shard auto.
     shard_source: str = ""
+    # Not stored: how old the manifest was when read, on S3's clock (client.s3.store.object_age); None
+    # for one built here or read without a date. The lease rules judge liveness by it (client.s3.lease).
+    age_s: float | None = None
 
     @property
     def records(self) -> int:

@@ -7,6 +7,10 @@ segment read): a segment that is missing, truncated or replaced is damaged, and 
 this run generates them again. This writer drops its own damaged entries from its manifest (a local copy
 of one goes up again); another writer's stay listed until that writer starts again.
 
+A live writer of this shard, of this writer's name, or of another shard count refuses the start
+(client.s3.lease: judged on S3's clock), from the manifests and from the shard's lease
+(client.s3.shard_lease), which this writer claims only at `register`.
+
 `start` only reads: a start refused later (settings, a live writer) leaves the prefix and --out as it
 found them. Once nothing can refuse the start any more, `commit` cleans what a crash of this writer left
 behind: unfinished multipart uploads under its segment names (none on a store without multipart
@@ -33,9 +37,10 @@ import orjson
 from client.core.errors import ConfigError
 from client.core.ids import line_id
 from client.local.ledger import read_ids, write_ids
-from client.s3.lease import check_lease, check_shard_counts, machine_id
+from client.s3.lease import check_lease, check_same_shard, check_shard_counts, machine_id
 from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids, listed_problem
 from client.s3.segment_upload import NOT_IMPLEMENTED, PendingSegment
+from client.s3.shard_lease import LeaseRecord, ShardLease
 from client.s3.store import S3Error, S3Store
 
 FETCH_CONCURRENCY = 32
@@ -43,10 +48,12 @@ FETCH_CONCURRENCY = 32
 
 @dataclass
 class S3Start:
-    """What start-up found; `manifest`/`etag` are this writer's, ready to be extended."""
+    """What start-up found; `manifest`/`etag` are this writer's, ready to be extended, and `lease` the
+    lease of its shard, to be claimed at register."""
 
     manifest: Manifest
     etag: str | None
+    lease: ShardLease
     pending: list[PendingSegment] = field(default_factory=list)
     manifests: int = 0
     s3_segments: int = 0
@@ -64,17 +71,20 @@ class S3Start:
 
 
 async def read_manifests(store: S3Store) -> list[tuple[Manifest, str]]:
-    """Every manifest under the prefix, with its ETag. An unreadable one stops the start: its ids are unknown."""
+    """Every manifest under the prefix, with its ETag and its age on S3's clock (`Manifest.age_s`). An
+    unreadable one stops the start: its ids are unknown."""
     keys = [info.key for info in await store.list_objects(MANIFESTS_PREFIX) if info.key.endswith(".json")]
-    blobs = await asyncio.gather(*(store.get(key) for key in keys))
+    blobs = await asyncio.gather(*(store.get_dated(key) for key in keys))
     found: list[tuple[Manifest, str]] = []
     for key, got in zip(keys, blobs, strict=True):
         if got is None:
             continue  # deleted between the listing and the read
         try:
-            found.append((Manifest.from_json(got[0], source=str(store.url) + key), got[1]))
+            manifest = Manifest.from_json(got.body, source=str(store.url) + key)
         except ValueError as exc:
             raise ConfigError(f"{exc}. Fix or remove that object, then start again.") from exc
+        manifest.age_s = got.age_s
+        found.append((manifest, got.etag))
     return found
 
 
@@ -207,14 +217,19 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     await store.check_bucket()
     manifests = await read_manifests(store)
     machine = machine_id()
-    check_shard_counts((m for m, _ in manifests), writer=writer, shard=shard, url=str(store.url), machine=machine)
+    url = str(store.url)
+    check_shard_counts((m for m, _ in manifests), writer=writer, shard=shard, url=url, machine=machine)
+    check_same_shard((m for m, _ in manifests), writer=writer, shard=shard, url=url, machine=machine)
     mine = next(((m, etag) for m, etag in manifests if m.writer == writer), None)
     takeover = check_lease(mine[0], machine=machine) if mine else None  # before anything is changed
+    lease = ShardLease(store, LeaseRecord(writer=writer, host=host, shard=shard, machine=machine, pid=os.getpid(),
+                                          run=run_id, sync_interval_s=sync_interval_s))
+    await lease.check()
     manifest = mine[0] if mine else Manifest(writer=writer, host=host, shard=shard)
     manifest.machine, manifest.pid = machine, os.getpid()
     manifest.run, manifest.state, manifest.sync_interval_s = run_id, "running", sync_interval_s
     manifest.shard_source = shard_source
-    result = S3Start(manifest, mine[1] if mine else None, manifests=len(manifests), takeover=takeover)
+    result = S3Start(manifest, mine[1] if mine else None, lease, manifests=len(manifests), takeover=takeover)
 
     damaged = await find_damaged(store, manifests)
     for name, problem in damaged.items():

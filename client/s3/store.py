@@ -6,13 +6,19 @@ aioboto3 has no type stubs, so everything untyped stays in here. Integrity: ever
 Content-MD5 (S3 refuses a body that does not match), and the callers compare the ETag S3 reports with
 the one the bytes must give. botocore's own flexible checksums are set to `when_required` so that
 S3-compatible stores that refuse the newer checksum headers work too.
+
+Time on S3's clock: `get_dated` gives an object's age as S3 sees it, its answer's `Date` header minus the
+object's `LastModified`, so a reader judges a writer's heartbeat without trusting either host's clock.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+import time
 from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any
 
@@ -57,6 +63,29 @@ class ObjectInfo:
     key: str
     size: int
     etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class DatedObject:
+    """An object's bytes and ETag, and its age in seconds on S3's clock (None when S3 dates neither)."""
+
+    body: bytes
+    etag: str
+    age_s: float | None
+
+
+def object_age(reply: dict[str, Any]) -> float | None:
+    """S3's `Date` minus the object's `LastModified`: its age on S3's own clock. Without a Date header (a
+    proxy that drops it), this host's clock stands in for S3's; without LastModified, None."""
+    modified = reply.get("LastModified")
+    if not isinstance(modified, datetime):
+        return None
+    header = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        now = parsedate_to_datetime(header).timestamp() if header else time.time()
+    except (TypeError, ValueError):
+        now = time.time()
+    return max(0.0, now - modified.timestamp())
 
 
 def _b64(md5_digest: bytes) -> str:
@@ -178,6 +207,11 @@ class S3Store:
 
     async def get(self, key: str) -> tuple[bytes, str] | None:
         """The object's bytes and ETag, or None when there is no such key."""
+        got = await self.get_dated(key)
+        return None if got is None else (got.body, got.etag)
+
+    async def get_dated(self, key: str) -> DatedObject | None:
+        """The object's bytes, ETag and age on S3's clock, or None when there is no such key."""
         try:
             with mapped(self._step(f"read {key}")):
                 reply = await self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(key))
@@ -187,7 +221,7 @@ class S3Store:
             if _missing_key(exc):
                 return None
             raise
-        return bytes(data), str(reply.get("ETag", ""))
+        return DatedObject(bytes(data), str(reply.get("ETag", "")), object_age(reply))
 
     async def list_objects(self, prefix: str) -> list[ObjectInfo]:
         """Every object under `prefix` (relative keys), following continuation tokens."""

@@ -13,7 +13,9 @@ gone, or it is over what one PUT takes on a store without multipart uploads) lea
 reason, and the segments behind it go on.
 
 The manifest is written with a conditional PUT (If-Match the ETag we last wrote), so a second client
-using the same writer name (same host and shard) is caught instead of silently overwriting ours.
+using the same writer name (same host and shard) is caught instead of silently overwriting ours. With a
+shard lease (client.s3.shard_lease), `register` claims it first, each manifest write while running renews
+it (the heartbeat both are judged live by), and the final one releases it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from client.core.stats import SyncView
 from client.local.sink import ClosedSegment
 from client.s3.manifest import Manifest, manifest_key, same_etag, single_etag
 from client.s3.segment_upload import SINGLE_PUT_LIMIT, PendingSegment, SegmentPut, SegmentTooLarge
+from client.s3.shard_lease import ShardLease
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, describe_error
 
 
@@ -71,9 +74,12 @@ class SegmentUploader:
         max_backoff_s: float = 60.0,
         single_put_limit: int = SINGLE_PUT_LIMIT,
         note: Callable[[str], None] = lambda line: None,
+        lease: ShardLease | None = None,
     ) -> None:
         self.store = store
         self.manifest = manifest
+        self.lease = lease
+        self.note = note
         # `note`: a line for the console, said once (e.g. the store refuses multipart uploads).
         self.put = SegmentPut(store, gzipped=gzipped, part_size=part_size, single_put_limit=single_put_limit,
                               note=note)
@@ -98,8 +104,13 @@ class SegmentUploader:
         self.before_register: Callable[[], Awaitable[None]] | None = None
 
     async def register(self) -> None:
-        """Claim this writer's name once the start cannot be refused any more: the held-back clean-up,
-        then the manifest stored as running (a refused start leaves the prefix as it found it)."""
+        """Claim this writer's shard and name once the start cannot be refused any more: the shard's lease
+        (ManifestConflict when a live writer took it meanwhile), the held-back clean-up, then the manifest
+        stored as running (a refused start leaves the prefix as it found it)."""
+        if self.lease is not None:
+            takeover = await self.lease.claim()
+            if takeover:
+                self.note(takeover)
         if self.before_register is not None:
             await self.before_register()
             self.before_register = None
@@ -223,7 +234,16 @@ class SegmentUploader:
     # -- the manifest ----------------------------------------------------------------------------------
 
     async def write_manifest(self) -> None:
-        """Store the manifest whole (one PUT: readers see the old or the new one, never a mix)."""
+        """Store the manifest whole (one PUT: readers see the old or the new one, never a mix); while
+        running, the shard's lease is renewed first, and once the run has ended it is released after."""
+        running = self.manifest.state == "running"
+        if self.lease is not None and running:
+            await self.lease.renew()
+        await self._put_manifest()
+        if self.lease is not None and not running:
+            await self.lease.release()
+
+    async def _put_manifest(self) -> None:
         key = manifest_key(self.manifest.writer)
         self.manifest.failed = self.failed_count()
         body = self.manifest.to_json()
@@ -245,11 +265,11 @@ class SegmentUploader:
                     "give every host its own --shard K/N") from None
             # An earlier write of ours was stored but its reply was lost: go on from it.
             self._etag = current.etag
-            return await self.write_manifest()
+            return await self._put_manifest()
         except S3Error as exc:
             if exc.code == "NotImplemented" and self._conditional:
                 self._conditional = False  # a store without conditional writes: per-writer keys still hold
-                return await self.write_manifest()
+                return await self._put_manifest()
             raise
         self._etag = etag
         self._unconfirmed.clear()

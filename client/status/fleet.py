@@ -5,7 +5,10 @@ failed, tokens, the rate over the last hour (records per second, from the segmen
 --prompts) and whether it is complete or stale. A shard is **stale** when its newest writer says
 "running" but has not rewritten its manifest (the uploader's heartbeat, once per sync interval) for
 `stale_after` sync intervals plus a minute: its client is gone without saying so (a killed node, a lost
-pod). A shard is **complete** when nothing of it remains (with --prompts), else when its newest writer
+pod). How long ago a manifest was rewritten is read on S3's clock (`Manifest.age_s`, the same rule the
+client's lease uses, client.s3.lease), so neither the writer's clock nor this host's can make a live
+writer look stale; only a manifest read without S3's dates falls back to its own `updated`. A shard is
+**complete** when nothing of it remains (with --prompts), else when its newest writer
 finished with no failure. Shards that the shard counts in use expect but no manifest names are listed as
 missing (not started yet, or never). The fleet line adds the totals and the ETA: what remains over the
 summed rates of the shards still running (and not stale).
@@ -26,6 +29,7 @@ from rich.text import Text
 from client.core.durations import format_duration
 from client.core.ids import leading_id, shard_of
 from client.local.prompt_files import prompt_lines
+from client.s3.lease import age_of
 from client.s3.manifest import Manifest
 
 RATE_WINDOW_S = 3600.0
@@ -56,6 +60,7 @@ class ShardRow:
     completion_tokens: int = 0
     last_upload: float | None = None
     updated: float = 0.0
+    age_s: float | None = None  # the newest manifest's, on S3's clock
     started: float = 0.0
     sync_interval_s: float = 0.0
     recent_records: int = 0  # in segments uploaded within the rate window
@@ -65,10 +70,14 @@ class ShardRow:
     def remaining(self) -> int | None:
         return None if self.prompts is None else max(0, self.prompts - self.done)
 
+    def age(self, now: float) -> float:
+        """Since its newest manifest was stored: on S3's clock when read from S3, else by its `updated`."""
+        return self.age_s if self.age_s is not None else max(0.0, now - self.updated)
+
     def stale(self, now: float, stale_after: float = 3.0) -> bool:
         """Its newest writer says running, but its manifest is older than `stale_after` sync intervals."""
         interval = self.sync_interval_s if self.sync_interval_s > 0 else 60.0
-        return self.state == "running" and now - self.updated > stale_after * interval + STALE_MARGIN_S
+        return self.state == "running" and self.age(now) > stale_after * interval + STALE_MARGIN_S
 
     def complete(self) -> bool:
         if self.remaining is not None:
@@ -158,11 +167,11 @@ def summarize(manifests: Sequence[Manifest], prompts: tuple[int, dict[int, Count
         if m.last_upload is not None:
             row.last_upload = max(row.last_upload or 0.0, m.last_upload)
         row.started = min(row.started, m.started) if row.started else m.started
-        if m.shard not in newest or m.updated >= newest[m.shard].updated:
+        if m.shard not in newest or age_of(m, now) <= age_of(newest[m.shard], now):
             newest[m.shard] = m
     for shard, m in newest.items():
         row = rows[shard]
-        row.state, row.updated, row.failed = m.state, m.updated, m.failed
+        row.state, row.updated, row.failed, row.age_s = m.state, m.updated, m.failed, m.age_s
         row.sync_interval_s, row.shard_source = m.sync_interval_s, m.shard_source
     if prompts is not None:
         for row in rows.values():
@@ -174,8 +183,8 @@ def summarize(manifests: Sequence[Manifest], prompts: tuple[int, dict[int, Count
     return FleetStatus(list(rows.values()), missing, None if prompts is None else prompts[0], now, stale_after)
 
 
-def _ago(now: float, when: float | None) -> str:
-    return "never" if not when else f"{format_duration(max(0.0, now - when))} ago"
+def _stored(now: float, row: ShardRow) -> str:
+    return "never" if not row.updated and row.age_s is None else f"{format_duration(row.age(now))} ago"
 
 
 def _eta(status: FleetStatus) -> str:
@@ -191,6 +200,7 @@ def as_json(prefix: str, status: FleetStatus) -> dict[str, Any]:
         "shard": r.shard, "writers": r.writers, "hosts": r.hosts, "states": r.states, "state": r.state,
         "shard_source": r.shard_source, "segments": r.segments, "done": r.done, "failed": r.failed,
         "completion_tokens": r.completion_tokens, "last_upload": r.last_upload, "updated": r.updated,
+        "age_s": round(r.age(now), 1),
         "sync_interval_s": r.sync_interval_s, "prompts": r.prompts, "remaining": r.remaining,
         "rate_per_s": round(r.rate(now), 4), "stale": r.stale(now, status.stale_after), "complete": r.complete(),
     } for r in status.rows]
@@ -217,7 +227,7 @@ def render(prefix: str, status: FleetStatus) -> Table:
     for r in status.rows:
         stale = r.stale(now, status.stale_after)
         state = Text("stale", style="bold red") if stale else Text("complete" if r.complete() else r.state)
-        updated = Text(_ago(now, r.updated), style="red" if stale else "")
+        updated = Text(_stored(now, r), style="red" if stale else "")
         table.add_row(r.shard, ", ".join(r.hosts), state, updated, f"{r.done:,}", f"{r.failed:,}",
                       f"{r.completion_tokens:,}", "-" if r.state != "running" else f"{r.rate(now):.2f}",
                       "?" if r.remaining is None else f"{r.remaining:,}")
@@ -237,7 +247,7 @@ def stale_lines(status: FleetStatus) -> list[str]:
     lines = []
     for r in status.stale():
         lines.append(f"stale shard {r.shard} (host {', '.join(r.hosts) or '?'}): its manifest says running but "
-                     f"was last updated {_ago(status.now, r.updated)}, over {status.stale_after:g} sync "
+                     f"was last stored {_stored(status.now, r)} (on S3's clock), over {status.stale_after:g} sync "
                      f"interval(s) of {format_duration(r.sync_interval_s or 60.0)}; its client is gone or "
                      "cannot reach S3: check the job, then run or resubmit that shard (it resumes from S3)")
     return lines
