@@ -9,29 +9,25 @@ exporter's writers (only the Jinja rendering of a chat template, which is Huggin
   (`specforge/data/loss_mask.py` `has_consecutive_supervised_tokens`).
 - `read_speculators`: speculators `src/speculators/data_generation/preprocessing.py`
   (`build_speculator_training_dataset`, `_passthrough_pretokenized`, `_append_row`).
-- `read_specforge_conversations`: SpecForge `specforge/data/preprocessing.py` (`build_eagle3_dataset`,
-  `preprocess_conversations`) and `specforge/data/parse.py` (`GeneralParser.parse`, `ThinkingParser`,
-  `_normalize_message`, `_sanitize_message`) with the `qwen3.5` template of `specforge/data/template.py`.
-  The file is first loaded with `pyarrow.json` (what Hugging Face `load_dataset("json")` builds on), so
-  rows whose columns Arrow cannot unify fail here as they would there.
+- `read_specforge_conversations`: the file loaded with `pyarrow.json` (what Hugging Face
+  `load_dataset("json")` builds on), so rows whose columns Arrow cannot unify fail here as they would
+  there, then each row as SpecForge parses it: `client.export.specforge_parse.trainer_row`, the replica the
+  export's template check uses, held to the real SpecForge by tests/test_trainer_fidelity.py. (These
+  readers serve the tests that run without the trainers installed; tests/test_trainers_smoke.py holds
+  the other two to the real code.)
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pyarrow.json as paj  # type: ignore[import-untyped]
 
 from client.export.render import ChatTokenizer
-
-# specforge/data/template.py, "qwen3.5"
-QWEN35_ASSISTANT_HEADER = "<|im_start|>assistant\n<think>\n"
-QWEN35_END_OF_TURN = "<|im_end|>\n"
-THINKING_KEYS = {"role", "content", "tool_calls", "reasoning_content", "name", "tool_call_id"}
+from client.export.specforge_parse import trainer_row
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -67,7 +63,7 @@ def consecutive_supervised(loss_mask: list[int]) -> bool:
     return any(a and b for a, b in itertools.pairwise(loss_mask))
 
 
-def read_specforge_tokenized(path: Path, max_length: int, min_loss_tokens: int = 1,
+def read_specforge_tokenized(path: Path, max_length: int, min_loss_tokens: int = 2,
                              dflash: bool = True) -> list[dict[str, list[int]]]:
     records = _lines(path)
     if records and (("input_ids" in records[0]) != ("loss_mask" in records[0])):
@@ -107,53 +103,6 @@ def read_speculators(path: Path, max_length: int, minimum_valid_tokens: int | No
     return rows
 
 
-def _normalize(message: dict[str, Any]) -> dict[str, Any]:
-    role = message.get("role", message.get("from", ""))
-    content = message.get("content") or message.get("value") or ""
-    role = {"human": "user", "gpt": "assistant"}.get(role, role)
-    out = {**message, "role": role, "content": content}
-    out.pop("from", None)
-    out.pop("value", None)
-    return out
-
-
-def _sanitize(message: dict[str, Any]) -> dict[str, Any]:
-    cleaned = {k: v for k, v in message.items() if k in THINKING_KEYS}
-    calls = cleaned.get("tool_calls")
-    if isinstance(calls, str):
-        calls = json.loads(calls)
-    if isinstance(calls, list):
-        clean = []
-        for call in calls:
-            function = call.get("function", {})
-            arguments = function.get("arguments", {})
-            if isinstance(arguments, str):
-                arguments = json.loads(arguments)
-            clean.append({"id": call.get("id", ""), "type": call.get("type", "function"),
-                          "function": {"name": function.get("name", ""), "arguments": arguments}})
-        cleaned["tool_calls"] = clean
-    return cleaned
-
-
-def _messages(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    conversation = [_normalize(m) for m in conversation]
-    messages: list[dict[str, Any]] = []
-    if conversation[0]["role"] == "system":
-        messages.append({"role": "system", "content": conversation[0]["content"]})
-        conversation = conversation[1:]
-    while conversation and conversation[0]["role"] != "user":
-        conversation = conversation[1:]
-    for index, sentence in enumerate(conversation):
-        if index:
-            previous = conversation[index - 1]["role"]
-            if sentence["role"] == "tool" and previous not in ("assistant", "tool"):
-                break
-            if sentence["role"] == "assistant" and previous not in ("user", "tool"):
-                break
-        messages.append(_sanitize(sentence))
-    return messages
-
-
 def read_specforge_conversations(path: Path, tok: ChatTokenizer, max_length: int,
                                  train_only_last_turn: bool = False) -> list[dict[str, list[int]]]:
     table = paj.read_json(str(path))  # as load_dataset("json") builds the columns
@@ -169,16 +118,7 @@ def read_specforge_conversations(path: Path, tok: ChatTokenizer, max_length: int
         conversation = [{k: v for k, v in m.items() if v is not None} for m in conversation]
         raw_tools = tools_column[index] if tools_column is not None else None
         tools = json.loads(raw_tools) if isinstance(raw_tools, str) else (raw_tools or [])
-        text = tok.render(_messages(conversation), tools or None, add_generation_prompt=False, enable_thinking=True)
-        input_ids = tok.encode(text)[:max_length]
-        loss_mask = [0] * len(input_ids)
-        pattern = re.escape(QWEN35_ASSISTANT_HEADER) + r"([\s\S]*?(?:" + re.escape(QWEN35_END_OF_TURN) + "|$))"
-        matches = list(re.finditer(pattern, text, re.DOTALL))
-        if train_only_last_turn and matches:
-            matches = matches[-1:]
-        for match in matches:
-            start = min(len(tok.encode(text[:match.start(1)])[:max_length]), len(input_ids))
-            end = min(len(tok.encode(text[:match.end(1)])[:max_length]), len(input_ids))
-            loss_mask[start:end] = [1] * (end - start)
-        rows.append({"input_ids": input_ids, "loss_mask": loss_mask})
+        row = trainer_row(tok, conversation, tools or None, max_length=max_length,
+                          train_only_last_turn=train_only_last_turn)
+        rows.append({"input_ids": row.input_ids, "loss_mask": row.loss_mask})
     return rows
