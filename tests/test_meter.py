@@ -1,4 +1,5 @@
-"""client.core.meter's windowed rates and client.core.stats' ETA, table-driven with explicit clocks."""
+"""client.core.meter's windowed rates and client.core.stats' live rates, table-driven with explicit clocks (the
+ETA's rule and the figures that feed it: tests/test_eta.py)."""
 
 from __future__ import annotations
 
@@ -45,37 +46,6 @@ def test_samples_are_thinned_and_trimmed() -> None:
     assert meter.rates(100.0, [1000.0], 5.0) == [pytest.approx(10.0, rel=0.05)]
 
 
-def _stats(total: int, done: int, streamed: int, completion: int, in_flight: int, *,
-           expected: float | None = None) -> tuple[RunStats, EndpointLive]:
-    stats = RunStats(total=total, expected_tokens_per_prompt=expected)
-    live = EndpointLive(url="http://a", state="up", in_flight=in_flight, max_in_flight=8, streamed_tokens=streamed)
-    stats.done = done
-    stats.completion_tokens = completion
-    return stats, live
-
-
-@pytest.mark.parametrize(("stats", "rate", "requests_rate", "eta"), [
-    # 90 left at the mean so far (100 tokens), nothing open: 9,000 tokens at 100 tok/s.
-    (_stats(100, 10, 1_000, 1_000, 0), 100.0, 0.1, 90.0),
-    # The estimate's mean wins over the mean so far.
-    (_stats(100, 10, 1_000, 1_000, 0, expected=200.0), 100.0, 0.1, 180.0),
-    # Tokens already streamed for open requests are work done.
-    (_stats(100, 10, 1_500, 1_000, 5), 100.0, 0.1, 85.0),
-    # ... but never more than the open requests are expected to need.
-    (_stats(100, 10, 9_000, 1_000, 2), 100.0, 0.1, 88.0),
-    # No mean yet and no finished request: by the request rate, or unknown.
-    (_stats(100, 0, 500, 0, 8), 100.0, 0.0, None),
-    (_stats(100, 0, 500, 0, 8), 0.0, 0.5, 200.0),
-    # Nothing left.
-    (_stats(10, 10, 1_000, 1_000, 0), 0.0, 0.0, 0.0),
-], ids=["mean-so-far", "estimate-mean", "open-work", "open-work-capped", "unknown", "by-requests", "finished"])
-def test_eta(stats: tuple[RunStats, EndpointLive], rate: float, requests_rate: float, eta: float | None) -> None:
-    run, live = stats
-    remaining = None if run.total is None else run.total - run.done - run.failed
-    got = run._eta(remaining, live.in_flight, live.streamed_tokens, rate, requests_rate)
-    assert got == (None if eta is None else pytest.approx(eta))
-
-
 def test_snapshot_reads_cache_hits_from_usage() -> None:
     stats = RunStats()
     stats.track(1)
@@ -90,7 +60,7 @@ def test_snapshot_reads_cache_hits_from_usage() -> None:
 
 
 class FakeClock:
-    """time.monotonic for client.core.stats, moved by the test."""
+    """RunStats' clock, moved by the test."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -99,10 +69,9 @@ class FakeClock:
         return self.now
 
 
-def test_live_rates_follow_the_streamed_tokens_on_an_injected_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_live_rates_follow_the_streamed_tokens_on_an_injected_clock() -> None:
     clock = FakeClock()
-    monkeypatch.setattr("client.core.stats.time.monotonic", clock)
-    stats = RunStats(total=10, started=0.0)
+    stats = RunStats(total=10, started=0.0, clock=clock)
     stats.track(1)
 
     def live(streamed: int, generated: float | None = None) -> list[EndpointLive]:

@@ -4,8 +4,10 @@ A record carries `spec` when its server reported speculative-decoding figures (S
 `--token-ids on`): `accept_length` is the tokens per verify step (accepted drafts plus the bonus token),
 the bar a new drafter trained on this data has to beat. A record's source is its prompt's
 `meta.source` (records without one are counted under `(no meta.source)`). Per source: records with
-figures, the mean, p10 / median / p90 of the per-request figure, and the token-weighted figure
-(completion tokens over verify steps, what the servers' throughput actually saw).
+figures, the mean, p10 / median / p90 of the per-request figure (`mean/request`: each reply counts once,
+short ones as much as long ones), and the figure per verify step (`tokens/step`: completion tokens over
+verify steps, what the servers' throughput saw). The live view's `MTP accept length` is the servers' own
+per-step figure, so it is the `tokens/step` column that it matches.
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ def render(data: dict[str, Any] | None, console: Console) -> None:
     if data is None:
         return
     table = Table(title="MTP accept length (tokens per verify step, as the servers measured it: the bar a new "
-                        "drafter has to beat)", title_justify="left")
-    for column in ("source", "records", "mean", "p10", "median", "p90", "token-weighted", *_bucket_names()):
+                        "drafter has to beat; mean/request averages the replies, tokens/step all their steps, "
+                        "as the live view's figure does)", title_justify="left")
+    for column in ("source", "records", "mean/request", "p10", "median", "p90", "tokens/step", *_bucket_names()):
         table.add_column(column, justify="left" if column == "source" else "right")
     rows = [(OVERALL, data[OVERALL]), *data["by_source"].items()]
     for name, row in rows:

@@ -5,20 +5,31 @@ by the dispatcher, streamed-token counters by the endpoint) and handed to `snaps
 Throughput is the completion tokens counted as they stream (exact where the server sends running usage,
 client.wire.sse), over a short and a 5-minute window (client.core.meter), so it reads true while long
 replies are still being written. Beside it stands what each server says it generates, which includes any
-other traffic on a shared server. The ETA divides the tokens still expected (remaining prompts times
-the estimate's mean, or the mean so far) by the 5-minute token rate.
+other traffic on a shared server.
+
+The ETA is client.core.eta's rule. Its inputs are kept here: the lengths of the replies seen (this run's,
+and on a resume the records already done, `seed_lengths`), the requests in flight (`begin_attempt` /
+`end_attempt`, with their start times) and the pace of one request (the streamed rate over the short
+window divided by the mean number of requests in flight over it). What each request in flight has
+streamed is not counted per request: the tokens streamed and not yet written are shared among them in
+proportion to how long each has run (they decode in the same batches). GPU-hours use `--gpus`, else the
+GPUs the servers report (`/v1/loads` num_accelerators, client.fleet.device) when every server reports.
+Every clock reading goes through `clock`, so tests drive the figures with their own.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.core.eta import EtaParts, LengthHistogram, eta
 from client.core.meter import WindowedRates
+
+CANCELLED_IDS_KEPT = 20  # ids of requests cancelled in flight named in the summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,8 @@ class EndpointLive:
     server_token_usage: float | None = None  # KV-cache use, 0..1
     server_accept_length: float | None = None  # MTP: mean tokens per verify step the server reports
     note: str = ""  # why it is out of rotation or not ready
+    accelerator: str | None = None  # the device its /v1/loads names
+    gpus: int | None = None  # the GPUs behind it, as its /v1/loads counts them
 
 
 @dataclass
@@ -114,6 +127,17 @@ class StatsSnapshot:
     fills_window: int = 0  # of too_long: prompts that alone fill --train-window
     waiting: int = 0  # requests sleeping before their next attempt (backoff or Retry-After)
     waiting_wake_s: tuple[float, float] | None = None  # (soonest, latest) wake, seconds from the snapshot
+    gpus: int | None = None  # the GPUs GPU-hours count: --gpus, else the servers' own count
+    gpus_source: str | None = None  # "--gpus" or "servers"; None when neither says
+    eta_parts: EtaParts | None = None  # the ETA's inputs and terms (client.core.eta)
+    cancelled_in_flight: int = 0  # requests cancelled mid-stream by a stop (sent again by the next run)
+    cancelled_ids: tuple[str, ...] = ()  # the first CANCELLED_IDS_KEPT of them
+
+    @property
+    def unwritten_tokens(self) -> int:
+        """Tokens streamed that no written record holds: requests in flight (or cancelled in flight) and
+        failed attempts."""
+        return max(0, self.streamed_tokens - self.completion_tokens)
 
     @property
     def remaining(self) -> int | None:
@@ -144,7 +168,8 @@ class RunStats:
     gpus: int | None = None
     short_window_s: float = 15.0
     long_window_s: float = 300.0
-    started: float = field(default_factory=time.monotonic)
+    clock: Callable[[], float] = time.monotonic
+    started: float | None = None  # clock() at construction unless given
     total: int | None = None
     done: int = 0
     failed: int = 0
@@ -156,22 +181,67 @@ class RunStats:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     expected_tokens_per_prompt: float | None = None  # the estimate's mean, when the run was given one
+    max_tokens: int | None = None  # the run's cap: no request is expected to run past it
+    lengths: LengthHistogram = field(default_factory=LengthHistogram)  # completion tokens of replies seen
+    cancelled_in_flight: int = 0
+    cancelled_ids: list[str] = field(default_factory=list)
     errors_by_kind: Counter[str] = field(default_factory=Counter)
     endpoints: list[EndpointResults] = field(default_factory=list)  # by endpoint index
-    _finished: deque[float] = field(default_factory=deque)
     _waits: dict[int, float] = field(default_factory=dict)  # wait id -> monotonic wake time
     _wait_ids: itertools.count[int] = field(default_factory=itertools.count)
     _streamed: WindowedRates | None = None
     _server: WindowedRates | None = None
+    _attempts: dict[int, float] = field(default_factory=dict)  # attempt id -> clock() at its start
+    _attempt_ids: itertools.count[int] = field(default_factory=itertools.count)
+    _busy_s: float = 0.0  # integral of the requests in flight over time (request-seconds)
+    _busy_at: float | None = None
+    _busy_short: float | None = None  # mean requests in flight over the short window, at the last snapshot
+
+    def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = self.clock()
+        self._busy_at = self.started
+
+    @property
+    def start(self) -> float:
+        assert self.started is not None
+        return self.started
+
+    def seed_lengths(self, lengths: Sequence[int]) -> None:
+        """Lengths of replies already done (a resume's records), for the ETA's expected lengths."""
+        self.lengths.extend(lengths)
+
+    def _busy(self, now: float) -> float:
+        if self._busy_at is not None and now > self._busy_at:
+            self._busy_s += len(self._attempts) * (now - self._busy_at)
+        self._busy_at = max(now, self._busy_at or now)
+        return self._busy_s
+
+    def begin_attempt(self) -> int:
+        """A request starts streaming; returns the id to pass to `end_attempt`."""
+        now = self.clock()
+        self._busy(now)
+        attempt = next(self._attempt_ids)
+        self._attempts[attempt] = now
+        return attempt
+
+    def end_attempt(self, attempt: int, *, cancelled_id: str | None = None) -> None:
+        """The request's stream ended (finished, failed, or cancelled by a stop: `cancelled_id` names it)."""
+        self._busy(self.clock())
+        self._attempts.pop(attempt, None)
+        if cancelled_id is not None:
+            self.cancelled_in_flight += 1
+            if len(self.cancelled_ids) < CANCELLED_IDS_KEPT:
+                self.cancelled_ids.append(cancelled_id)
 
     def track(self, endpoints: int) -> None:
         """Results are kept for this many endpoints (by index)."""
         self.endpoints = [EndpointResults() for _ in range(endpoints)]
 
     def record_done(self, index: int, usage: Mapping[str, Any], finish_reason: str | None) -> None:
-        now = time.monotonic()
         completion_tokens = int(usage.get("completion_tokens") or 0)
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        self.lengths.add(completion_tokens)
         self.done += 1
         self.completion_tokens += completion_tokens
         self.prompt_tokens += prompt_tokens
@@ -186,10 +256,6 @@ class RunStats:
         cached = _cached_tokens(usage)
         if cached is not None:
             endpoint.cached_tokens = (endpoint.cached_tokens or 0) + cached
-        self._finished.append(now)
-        horizon = now - self.long_window_s
-        while self._finished and self._finished[0] < horizon:
-            self._finished.popleft()
 
     def record_error(self, index: int | None, kind: str, message: str) -> None:
         self.errors_by_kind[kind] += 1
@@ -201,7 +267,7 @@ class RunStats:
     def begin_wait(self, seconds: float) -> int:
         """A request sleeps `seconds` before its next attempt; returns the id to pass to `end_wait`."""
         wait = next(self._wait_ids)
-        self._waits[wait] = time.monotonic() + seconds
+        self._waits[wait] = self.clock() + seconds
         return wait
 
     def end_wait(self, wait: int) -> None:
@@ -211,43 +277,57 @@ class RunStats:
                ) -> tuple[list[float | None], list[float | None], list[float | None]]:
         """(streamed tok/s short, streamed tok/s long, server-counted tok/s short), per endpoint."""
         if self._streamed is None or self._server is None:
-            self._streamed = WindowedRates(self.started, keep_s=self.long_window_s + 30)
-            self._server = WindowedRates(self.started, keep_s=self.short_window_s + 30)
-        streamed = [float(e.streamed_tokens) for e in fleet]
+            self._streamed = WindowedRates(self.start, keep_s=self.long_window_s + 30)
+            self._server = WindowedRates(self.start, keep_s=self.short_window_s + 30)
+        # One more counter after the endpoints': the request-seconds in flight, whose rate over a window is
+        # the mean number of requests in flight over it.
+        streamed = [float(e.streamed_tokens) for e in fleet] + [self._busy(now)]
         generated = [e.server_generated for e in fleet]
         self._streamed.sample(now, streamed)
         self._server.sample(now, generated)
-        return (self._streamed.rates(now, streamed, self.short_window_s),
-                self._streamed.rates(now, streamed, self.long_window_s),
-                self._server.rates(now, generated, self.short_window_s, from_zero=False))
+        short = self._streamed.rates(now, streamed, self.short_window_s)
+        self._busy_short = short.pop()
+        long = self._streamed.rates(now, streamed, self.long_window_s)
+        long.pop()
+        return short, long, self._server.rates(now, generated, self.short_window_s, from_zero=False)
 
-    def _eta(self, remaining: int | None, in_flight: int, streamed: int, tokens_rate: float,
-             requests_rate: float) -> float | None:
-        """From the tokens still expected over the 5-minute token rate; by requests when no mean is known."""
+    def _eta(self, now: float, remaining: int | None, waiting: int, streamed: int,
+             short_rate: float) -> EtaParts | None:
+        """client.core.eta's rule on this run's figures (see the module docstring)."""
         if remaining is None:
             return None
-        if remaining == 0:
-            return 0.0
-        mean = self.expected_tokens_per_prompt or (self.completion_tokens / self.done if self.done else None)
-        if mean is not None and tokens_rate > 0:
-            # Tokens already streamed for requests still open count as done work.
-            partial = min(max(0, streamed - self.completion_tokens), in_flight * mean)
-            return max(0.0, remaining * mean - partial) / tokens_rate
-        return remaining / requests_rate if requests_rate > 0 else None
+        starts = list(self._attempts.values())
+        ages = [max(0.0, now - t) for t in starts]
+        unwritten = max(0, streamed - self.completion_tokens)
+        total_age = sum(ages)
+        shares = [unwritten * age / total_age if total_age > 0 else 0.0 for age in ages]
+        busy = self._busy_short or 0.0
+        pace = short_rate / busy if busy > 0 and short_rate > 0 else None
+        return eta(unsent=max(0, remaining - len(starts)), in_flight=shares, lengths=self.lengths, pace=pace,
+                   prior_mean=self.expected_tokens_per_prompt, max_tokens=self.max_tokens)
+
+    def _gpus(self, fleet: Sequence[EndpointLive]) -> tuple[int | None, str | None]:
+        if self.gpus:
+            return self.gpus, "--gpus"
+        counts = [e.gpus for e in fleet]
+        if counts and all(c is not None and c > 0 for c in counts):
+            return sum(c for c in counts if c is not None), "servers"
+        return None, None
 
     def snapshot(self, fleet: Sequence[EndpointLive] = (), sync: SyncView | None = None) -> StatsSnapshot:
         """The figures now, from the results kept here and the fleet's live view (`fleet`, by endpoint index)."""
-        now = time.monotonic()
-        elapsed = max(1e-9, now - self.started)
-        long_span = min(self.long_window_s, elapsed)
+        now = self.clock()
+        elapsed = max(1e-9, now - self.start)
         short_rates, long_rates, server_rates = self._rates(now, fleet)
-        requests_rate = sum(1 for t in self._finished if t >= now - long_span) / long_span
         remaining = None if self.total is None else max(0, self.total - self.done - self.failed)
         in_flight = sum(e.in_flight for e in fleet)
         streamed = sum(e.streamed_tokens for e in fleet)
         tokens_long = sum(r or 0.0 for r in long_rates)
-        eta = self._eta(remaining, in_flight, streamed, tokens_long, requests_rate)
-        gpu_hours = None if not self.gpus or eta is None else self.gpus * (elapsed + eta) / 3600.0
+        tokens_short = sum(r or 0.0 for r in short_rates)
+        parts = self._eta(now, remaining, len(self._waits), streamed, tokens_short)
+        eta_s = None if parts is None else parts.seconds
+        gpus, gpus_source = self._gpus(fleet)
+        gpu_hours = None if not gpus or eta_s is None else gpus * (elapsed + eta_s) / 3600.0
         server_own = [e.server_gen_rate if e.server_gen_rate is not None else server_rates[i]
                       for i, e in enumerate(fleet)]
         results = [self.endpoints[i] if i < len(self.endpoints) else EndpointResults() for i in range(len(fleet))]
@@ -278,20 +358,22 @@ class RunStats:
             in_flight=in_flight,
             completion_tokens=self.completion_tokens,
             prompt_tokens=self.prompt_tokens,
-            tokens_per_s_short=sum(r or 0.0 for r in short_rates),
+            tokens_per_s_short=tokens_short,
             tokens_per_s_long=tokens_long,
-            eta_s=eta,
+            eta_s=eta_s,
             gpu_hours_projected=gpu_hours,
             errors_by_kind=dict(self.errors_by_kind),
             endpoints=endpoints,
             streamed_tokens=streamed,
             server_tokens_per_s=_sum(server_own),
             cache_hit=None if cached is None or not self.prompt_tokens else cached / self.prompt_tokens,
-            gpu_hours_so_far=None if not self.gpus else self.gpus * elapsed / 3600.0,
+            gpu_hours_so_far=None if not gpus else gpus * elapsed / 3600.0,
             expected_tokens_per_prompt=self.expected_tokens_per_prompt,
             sync=sync,
             accept_length=sum(accepts) / len(accepts) if accepts else None,
             loops_stopped=self.loops_stopped,
             waiting=len(self._waits),
             waiting_wake_s=(min(wakes) - now, max(wakes) - now) if wakes else None,
+            gpus=gpus, gpus_source=gpus_source, eta_parts=parts,
+            cancelled_in_flight=self.cancelled_in_flight, cancelled_ids=tuple(self.cancelled_ids),
         )

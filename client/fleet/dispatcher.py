@@ -1,8 +1,9 @@
 """Endpoint slots and rotation: the mutable side of balancing and health.
 
-Holds, per endpoint, the last polled server load, what was sent and finished since that poll, and the
-state (starting / up / down). One watcher per endpoint polls its load about once a second while it is
-up, checks `/health` now and then, probes `/health` while it is out, and brings it back when healthy.
+Holds, per endpoint, the last polled server load, what was sent and finished since that poll, the GPUs
+its `/v1/loads` names (client.fleet.device) and the state (starting / up / down). One watcher per
+endpoint polls its load about once a second while it is up, checks `/health` now and then, probes
+`/health` while it is out, and brings it back when healthy.
 Dispatch blocks while every endpoint is at its target depth. The choice itself is the balancer's pure
 function.
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from client.core.errors import AttemptError, ConnectFailed, RequestRejected, ServerError, StreamDropped, StreamStalled
 from client.core.stats import EndpointLive
 from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint, target_depth
+from client.fleet.device import Device, parse_device
 from client.fleet.readiness import NO_HEALTH_ROUTE, probe
 from client.wire.endpoint import Endpoint
 from client.wire.loads import LOAD_SOURCES, LoadFormatError, ServerLoad
@@ -40,6 +42,7 @@ class Health(enum.StrEnum):
 STARTING, UP, DOWN = Health.STARTING, Health.UP, Health.DOWN
 
 # Failures that say something about the server rather than about the request.
+DEVICE_SOURCE = "/v1/loads"  # the load document that also names the GPUs (client.fleet.device)
 _SERVER_FAULTS = (ConnectFailed, ServerError, StreamDropped, StreamStalled)
 
 
@@ -65,6 +68,7 @@ class _Tracked:
 
     __slots__ = (
         "consecutive_failures",
+        "device",
         "down_reason",
         "finished_since_poll",
         "health",
@@ -97,6 +101,7 @@ class _Tracked:
         self.went_down = asyncio.Event()
         self.scopes: set[asyncio.Timeout] = set()  # the requests in flight here
         self.down_reason = ""
+        self.device: Device | None = None  # what its /v1/loads says of its GPUs
 
 
 class Dispatcher:
@@ -269,7 +274,9 @@ class Dispatcher:
                 server_gen_rate=load.gen_throughput if load else None,
                 server_generated=tracked.server_generated,
                 server_token_usage=load.token_usage if load else None,
-                server_accept_length=load.accept_length if load else None))
+                server_accept_length=load.accept_length if load else None,
+                accelerator=tracked.device.accelerator if tracked.device else None,
+                gpus=tracked.device.gpus if tracked.device else None))
         return rows
 
     def set_state(self, endpoint: Endpoint, state: Health, reason: str = "") -> None:
@@ -333,6 +340,8 @@ class Dispatcher:
             try:
                 body = await endpoint.get_bytes(path, limit_s=self.settings.poll_timeout)
                 load = parse(body)
+                if path == DEVICE_SOURCE:
+                    tracked.device = parse_device(body) or tracked.device
             except ConnectFailed as exc:
                 self.set_state(endpoint, DOWN, str(exc))
                 return

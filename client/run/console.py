@@ -44,8 +44,29 @@ def _share(value: float | None) -> str:
 def _gpu_hours(snap: StatsSnapshot) -> str | None:
     if snap.gpu_hours_so_far is None:
         return None
-    projected = "?" if snap.gpu_hours_projected is None else f"~{snap.gpu_hours_projected:,.1f}"
-    return f"{snap.gpu_hours_so_far:,.1f}/{projected}"
+    projected = "?" if snap.gpu_hours_projected is None else f"~{_hours(snap.gpu_hours_projected)}"
+    return f"{_hours(snap.gpu_hours_so_far)}/{projected}"
+
+
+def _hours(value: float) -> str:
+    """GPU-hours: one decimal from 1 up; under one, enough digits that a short run does not read 0.0."""
+    return f"{value:,.1f}" if value >= 1 else f"{value:.2g}"
+
+
+# Without a GPU count (no --gpus, and the servers do not say): where the figure would be, how to get it.
+NO_GPUS = "? (--gpus N)"
+
+
+def _tokens(snap: StatsSnapshot) -> str:
+    """`275K (+59K in flight)`: the tokens of written replies, the summary's figure, then those streamed
+    that no written record holds yet (requests in flight, and failed attempts)."""
+    extra = snap.unwritten_tokens
+    return _count(snap.completion_tokens) + (f" (+{_count(extra)} in flight)" if extra else "")
+
+
+def _accept(snap: StatsSnapshot) -> str:
+    """The servers' MTP figure, named for what it averages: completion tokens per verify step."""
+    return f"{snap.accept_length:.2f} tok/step"
 
 
 def sync_text(sync: SyncView) -> str:
@@ -76,9 +97,9 @@ def progress_line(snap: StatsSnapshot) -> str:
     share = f" ({snap.done / snap.total:.1%})" if snap.total else ""
     servers = "" if snap.server_tokens_per_s is None else f", servers {_rate(snap.server_tokens_per_s)}"
     gpu_hours = _gpu_hours(snap)
-    gpu = "" if gpu_hours is None else f" gpu-h {gpu_hours}"
+    gpu = f" gpu-h {NO_GPUS}" if gpu_hours is None else f" gpu-h {gpu_hours}"
     cache = "" if snap.cache_hit is None else f" cache-hit {_share(snap.cache_hit)}"
-    accept = "" if snap.accept_length is None else f" accept-len {snap.accept_length:.2f}"
+    accept = "" if snap.accept_length is None else f" accept-len {_accept(snap)}"
     sync = "" if snap.sync is None else f" sync:{sync_text(snap.sync)}"
     waiting = _waiting(snap)
     wait = "" if waiting is None else f" {waiting}"
@@ -86,7 +107,7 @@ def progress_line(snap: StatsSnapshot) -> str:
     up = sum(1 for e in snap.endpoints if e.state == "up")
     return (
         f"done {snap.done}/{total}{share} failed {snap.failed} in-flight {snap.in_flight}{wait} "
-        f"tokens {_count(snap.streamed_tokens)} "
+        f"tokens {_tokens(snap)} "
         f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}{servers}) "
         f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{loops}"
         f"{cache}{accept} "
@@ -103,10 +124,10 @@ def _head(snap: StatsSnapshot) -> Table:
     head.add_row(
         bar,
         Text(f"done {snap.done:,}/{total}{share}", style="bold"),
-        Text(f"tokens {_count(snap.streamed_tokens)}"),
+        Text(f"tokens {_tokens(snap)}"),
         Text(f"elapsed {format_duration(snap.elapsed_s)}"),
         Text(f"ETA {format_duration(snap.eta_s)}", style="bold"),
-        Text("GPU-h ?" if gpu_hours is None else f"GPU-h {gpu_hours}"),
+        Text(f"GPU-h {NO_GPUS}" if gpu_hours is None else f"GPU-h {gpu_hours}"),
     )
     servers = "" if snap.server_tokens_per_s is None else f"  servers {_rate(snap.server_tokens_per_s)}"
     head.add_row(
@@ -117,7 +138,7 @@ def _head(snap: StatsSnapshot) -> Table:
         Text(f"retries {snap.retries}  failed {snap.failed}  truncated {snap.truncated}"
              + (f"  loops stopped {snap.loops_stopped}" if snap.loops_stopped else "")),
         Text("" if snap.cache_hit is None else f"cache hit {_share(snap.cache_hit)}"),
-        Text("" if snap.accept_length is None else f"MTP accept length {snap.accept_length:.2f}"),
+        Text("" if snap.accept_length is None else f"MTP accept length {_accept(snap)}"),
         Text("" if snap.sync is None else f"sync {sync_text(snap.sync)}"),
     )
     return head

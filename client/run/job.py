@@ -23,6 +23,7 @@ from client.local.prompt_files import resolve_prompt_files
 from client.local.run_settings import shaping_settings
 from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource, Shard, count_remaining
+from client.results.lengths import recent_lengths
 from client.results.reader import iter_records
 from client.run.config import RunConfig
 from client.run.console import say, show_progress
@@ -73,7 +74,7 @@ class Run:
         self.cfg = cfg
         self.stop = stop
         self.run_id = new_run_id()
-        self.stats = RunStats(gpus=cfg.view.gpus, expected_tokens_per_prompt=(
+        self.stats = RunStats(gpus=cfg.view.gpus, max_tokens=cfg.sampling.max_tokens, expected_tokens_per_prompt=(
             expected_tokens_per_prompt(cfg.view.estimate) if cfg.view.estimate else None))
         self.uploader: SegmentUploader | None = None
         self.metrics: MetricsServer | None = None
@@ -160,6 +161,12 @@ class Run:
                 self.stats.total = await asyncio.to_thread(count_remaining, paths, done_ids | too_long_ids, shard)
 
         self._companions.append(count_total)
+        if scan.segments:
+            async def seed_lengths() -> None:
+                # The ETA's lengths start from the records already done, not from nothing (client.core.eta).
+                self.stats.seed_lengths(await asyncio.to_thread(recent_lengths, cfg.out))
+
+            self._companions.append(seed_lengths)
         return None
 
     def _swarm(self, fleet: Fleet, ledger: TurnLedger | None) -> Swarm:

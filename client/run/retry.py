@@ -8,7 +8,8 @@ predicate decides a retry, and the retry count is taken where tenacity goes to s
 A server's Retry-After is honoured up to `max_retry_after_s` (--max-retry-after, DEFAULT_MAX_RETRY_AFTER_S):
 `Retry-After: 100000` from a misconfigured proxy would otherwise park a prompt for 28 hours. Each wait is
 entered in the run's stats (RunStats.begin_wait), so the console shows the waiting requests and when they
-wake.
+wake. So is each stream (RunStats.begin_attempt), for the ETA's requests in flight; one that a stop cancels
+mid-stream is named there, for the summary.
 
 Under `--token-ids on` a reply without the ids is a failed attempt (MissingTokenIds, retried): the shape
 says which endpoints must give them.
@@ -194,9 +195,18 @@ class Generator:
                 body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index,
                                                        max_tokens if window else None))
                 # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
-                async with self.dispatcher.scope(endpoint):
-                    completion, ttft = await endpoint.stream_chat(body, max_tokens=max_tokens,
-                                                                  stop_loops=self.stop_loops)
+                streaming = self.stats.begin_attempt()
+                cancelled: str | None = prompt.id  # unless the stream ends by itself
+                try:
+                    async with self.dispatcher.scope(endpoint):
+                        completion, ttft = await endpoint.stream_chat(body, max_tokens=max_tokens,
+                                                                      stop_loops=self.stop_loops)
+                    cancelled = None
+                except Exception:
+                    cancelled = None  # a failed attempt, not a cancelled one
+                    raise
+                finally:
+                    self.stats.end_attempt(streaming, cancelled_id=cancelled)
             finally:
                 self.dispatcher.release(endpoint)
             # A reply the loop stop ended never reached the chunk that carries SGLang's ids; it is kept without.

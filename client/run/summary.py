@@ -1,7 +1,13 @@
-"""The end-of-run summary: what was done, and the reconciliation that accounts for every input record."""
+"""The end-of-run summary: what was done, and the reconciliation that accounts for every input record.
+
+Its tokens are the progress line's: the completion tokens of written replies, then those streamed that no
+written record holds (requests a stop cancelled mid-stream, failed attempts), each named. A request
+cancelled in flight is counted apart from the prompts never sent, and the first few are named by id.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from client.core.durations import format_duration
@@ -17,8 +23,20 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
     unit = "event(s)" if turns == "all" else "done"
     say(f"run {'stopped' if outcome.interrupted else 'ended'} after {format_duration(snap.elapsed_s)}: "
         f"{snap.done:,} {unit}, {snap.failed:,} failed, {snap.retries:,} retries, {snap.truncated:,} truncated "
-        f"(finish_reason length), {snap.completion_tokens:,} completion tokens"
+        f"(finish_reason length), {snap.completion_tokens:,} completion tokens written"
         + (f", {snap.loops_stopped:,} stopped as loops" if snap.loops_stopped else ""))
+    if snap.unwritten_tokens:
+        stopped = (f"{snap.cancelled_in_flight:,} request(s) cancelled in flight by the stop"
+                   if snap.cancelled_in_flight else "")
+        failed = "attempts that failed and were retried or given up" if snap.retries or snap.failed else ""
+        why = " and ".join(part for part in (stopped, failed) if part) or "requests that did not finish"
+        say(f"{snap.unwritten_tokens:,} more token(s) were streamed but are in no written record: {why} "
+            "(the progress line showed them as in flight)")
+    if snap.cancelled_in_flight:
+        more = snap.cancelled_in_flight - len(snap.cancelled_ids)
+        named = ", ".join(json.dumps(i, ensure_ascii=False) for i in snap.cancelled_ids)  # any string is an id
+        say(f"cancelled in flight (sent again by the next run): {named}"
+            + (f" and {more:,} more" if more > 0 else ""))
     if turns == "all":
         worked = counts.yielded
         say(f"conversations: inputs {counts.records:,} = worked on {worked:,} + already-finished "
@@ -29,7 +47,8 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
                "loop), not continued" if outcome.cut_short else "") + ")")
     else:
         fresh = counts.records - counts.skipped_done - counts.other_shards - counts.skipped_too_long
-        not_reached = fresh - counts.invalid - counts.duplicates - snap.done - snap.failed
+        cancelled = snap.cancelled_in_flight
+        not_reached = fresh - counts.invalid - counts.duplicates - snap.done - snap.failed - cancelled
         permanent = [f"too_long {snap.too_long - snap.fills_window:,}" if snap.too_long > snap.fills_window else "",
                      f"fills_window {snap.fills_window:,}" if snap.fills_window else ""]
         too_long = f" ({', '.join(p for p in permanent if p)})" if snap.too_long else ""
@@ -37,6 +56,7 @@ def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutco
             f"+ skipped-invalid {counts.invalid:,} + duplicate {counts.duplicates:,} "
             f"+ already-done {counts.skipped_done:,} + other-shards {counts.other_shards:,}"
             + (f" + too-long-or-fills-window-earlier {counts.skipped_too_long:,}" if counts.skipped_too_long else "")
+            + (f" + cancelled-in-flight {cancelled:,}" if cancelled else "")
             + (f" + not-yet-sent {not_reached:,}" if not_reached else ""))
     if counts.invalid or counts.duplicates:
         say(f"{counts.invalid + counts.duplicates} record(s) were skipped as invalid; each was reported above "

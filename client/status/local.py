@@ -10,11 +10,21 @@ segments all carry one shard K/N with N > 1), what remains and the ETA from the 
 so a finished run's rate is not diluted by the time since it ended; or since the first record when that
 is sooner). A run with `--turns all` (run.json's `turns`) counts conversations: one is done
 when the event that ends it (`<id>#<turn>!`) is written, and the rate is of finished conversations.
+
+The ETA is client.core.eta's rule with nothing in flight, started from the records already done: their
+lengths (every record's `usage.completion_tokens`), the token rate over the window, and the pace of one
+request (the median over the window's records of completion tokens over decode time, `total_s` less
+`queued_s` and `ttft_s`). So the prompts left take the work at the fleet's rate plus the longest of the
+last batch at one request's pace: 11 prompts left take about as long as the longest of 11 replies. While
+a run is live its requests in flight are counted as not started (this reads files, not the client), so
+the figure errs long by up to one reply. Records without timings, and conversations, fall back to what
+remains over the records (or conversations) per second.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +37,7 @@ from rich.text import Text
 
 from client.core.durations import format_duration
 from client.core.errors import ConfigError
+from client.core.eta import LengthHistogram, eta
 from client.local.lock import LOCK_FILE, Holder, probe_lock
 from client.local.run_settings import read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
@@ -82,6 +93,9 @@ class LocalStatus:
     _created: array[float] = field(default_factory=lambda: array("d"))
     _tokens: array[int] = field(default_factory=lambda: array("q"))
     _finished: array[int] = field(default_factory=lambda: array("b"))
+    _paces: array[float] = field(default_factory=lambda: array("d"))  # tok/s of each record's decode; 0: unknown
+    lengths: LengthHistogram = field(default_factory=LengthHistogram)
+    pace: float | None = None  # median tok/s of one request over the rate window (count_recent)
     prompts_from_run_json: bool = False
     shards: set[str] = field(default_factory=set)
     torn: int = 0
@@ -119,10 +133,15 @@ class LocalStatus:
         """The records (and their tokens) in the rate window, once every record is read."""
         end = self.rate_end
         self.recent_records = self.recent_tokens = 0
-        for created, tokens, finished in zip(self._created, self._tokens, self._finished, strict=True):
+        paces = []
+        for created, tokens, finished, pace in zip(self._created, self._tokens, self._finished, self._paces,
+                                                   strict=True):
             if 0.0 <= end - created <= RATE_WINDOW_S:
                 self.recent_records += finished
                 self.recent_tokens += tokens
+                if pace > 0:
+                    paces.append(pace)
+        self.pace = statistics.median(paces) if paces else None
 
     @property
     def rate(self) -> float:
@@ -134,7 +153,10 @@ class LocalStatus:
 
     @property
     def eta_s(self) -> float | None:
-        return eta_from(self.remaining, self.rate)
+        if self.conversations or self.pace is None or self.remaining is None or self.token_rate <= 0:
+            return eta_from(self.remaining, self.rate)
+        return eta(unsent=self.remaining, in_flight=(), lengths=self.lengths, pace=self.pace,
+                   rate=self.token_rate).seconds
 
     @property
     def shard(self) -> tuple[int, int] | None:
@@ -163,6 +185,7 @@ def _add_record(status: LocalStatus, record: dict[str, Any]) -> None:
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     tokens = _number(usage.get("completion_tokens"))
     status.completion_tokens += tokens
+    status.lengths.add(tokens)
     status.prompt_tokens += _number(usage.get("prompt_tokens"))
     created = record.get("created")
     if isinstance(created, (int, float)) and not isinstance(created, bool):
@@ -171,6 +194,19 @@ def _add_record(status: LocalStatus, record: dict[str, Any]) -> None:
         status._created.append(float(created))
         status._tokens.append(tokens)
         status._finished.append(int(finished))
+        status._paces.append(_pace(record.get("timings"), tokens))
+
+
+def _pace(timings: object, tokens: int) -> float:
+    """Completion tokens per second of decode (total less queue and first token); 0 when unknown."""
+    if not isinstance(timings, dict) or tokens < 2:
+        return 0.0
+    total, queued, ttft = timings.get("total_s"), timings.get("queued_s"), timings.get("ttft_s")
+    if not isinstance(total, (int, float)):
+        return 0.0
+    decode = total - (queued if isinstance(queued, (int, float)) else 0.0) - (ttft if isinstance(ttft, (int, float))
+                                                                               else 0.0)
+    return tokens / decode if decode > 0 else 0.0
 
 
 def _failed_ids(out: Path) -> set[str]:
@@ -249,7 +285,9 @@ def as_json(status: LocalStatus) -> dict[str, Any]:
                                                                          else None),
         "first_created": status.first_created, "last_created": status.last_created,
         "rate_window_s": round(status.window_s, 1), "records_in_window": status.recent_records,
-        "rate_per_s": round(status.rate, 4), "tokens_per_s": round(status.token_rate, 1), "eta_s": status.eta_s,
+        "rate_per_s": round(status.rate, 4), "tokens_per_s": round(status.token_rate, 1),
+        "pace_tokens_per_s": None if status.pace is None else round(status.pace, 2),
+        "mean_completion_tokens": status.lengths.mean, "eta_s": status.eta_s,
         "torn_tails": status.torn, "corrupt_lines": status.corrupt, "unreadable_examples": status.unread_examples,
     }
 

@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the reply content (default: %(default)s)")
     g.add_argument("--fault-seed", type=int, default=None,
                    help="seed of the fault draws (default: --seed); give each server of a fleet its own")
+    g.add_argument("--accelerator", default=d.accelerator, metavar="NAME",
+                   help="the device /v1/loads names, e.g. 'NVIDIA B200' (default: %(default)s)")
+    g.add_argument("--num-accelerators", type=positive_int, default=d.num_accelerators, metavar="N",
+                   help="GPUs behind each DP rank, as /v1/loads reports them (SGLang: tp x pp) "
+                        "(default: %(default)s)")
     g.add_argument("--log-level", default=d.log_level,
                    choices=["debug", "info", "warning", "error"], help="(default: %(default)s)")
 
@@ -141,6 +146,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
         reasoning_field=a.reasoning_field, omit_done=a.omit_done, omit_nulls=a.omit_nulls,
         strict_model=a.strict_model, faults=faults, log_level=a.log_level, tokenizer=a.tokenizer,
         context_length=a.context_length, tool_call_parser=a.tool_call_parser,
+        accelerator=a.accelerator, num_accelerators=a.num_accelerators,
     )
 
 

@@ -81,6 +81,10 @@ class SimConfig:
     tokenizer: str | None = None
     faults: FaultRates = FaultRates()
     log_level: str = "info"
+    # What `/v1/loads` names as the device, and the GPUs behind each DP rank (SGLang 0.5.23's
+    # `num_accelerators` is per DP rank: tp x pp). The default name says plainly that it is no GPU.
+    accelerator: str = "Simulated GPU"
+    num_accelerators: int = 1
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.dp_size < 1:
@@ -91,6 +95,8 @@ class SimConfig:
             raise ValueError("tokens_per_chunk must be at least 1")
         if self.context_length < 2:
             raise ValueError("context_length must be at least 2")
+        if self.num_accelerators < 1:
+            raise ValueError("num_accelerators must be at least 1")
         if self.mean_tokens < 1 or self.max_gen_tokens < 1:
             raise ValueError("mean_tokens and max_gen_tokens must be at least 1")
         for name in ("tool_call_rate", "loop_rate", "think_tail_rate"):

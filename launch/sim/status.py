@@ -15,8 +15,8 @@ from typing import Any
 
 from launch.sim.config import SGLANG_VERSION, SimConfig
 from launch.sim.engine import Engine, Rank
+from launch.sim.tokens import DRAFT_TOKENS, MEAN_ACCEPT_LENGTH
 
-_ACCELERATOR = "Simulated GPU"
 # The `memory` section's figures are there for its shape, not for planning: Qwen3.6-27B's BF16 weights and
 # an assumed 64 KB of KV cache per token.
 _WEIGHT_GB = 54.0
@@ -52,7 +52,10 @@ def _rank_load(rank: Rank, config: SimConfig) -> dict[str, Any]:
                    "graph_gb": 0.0, "token_capacity": config.max_total_tokens},
     }
     if config.tokens_per_chunk > 1 and st.decode_moments[0] > 0:
-        load["speculative"] = {"accept_length": float(config.tokens_per_chunk), "accept_rate": 1.0}
+        # MTP on (several tokens a chunk): the figure per verify step of the replies' own draws
+        # (launch.sim.tokens), not the chunk size, so the live view and the audit of one run agree.
+        load["speculative"] = {"accept_length": round(MEAN_ACCEPT_LENGTH, 4),
+                               "accept_rate": round((MEAN_ACCEPT_LENGTH - 1) / DRAFT_TOKENS, 4)}
     load["disaggregation"] = {"mode": "null", "prefill_bootstrap_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
                               "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
                               "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
@@ -66,8 +69,8 @@ def loads(engine: Engine, dp_rank: int | None = None) -> dict[str, Any]:
     return {
         "timestamp": datetime.now(UTC).isoformat(),
         "version": SGLANG_VERSION,
-        "accelerator": _ACCELERATOR,
-        "num_accelerators": 1,
+        "accelerator": engine.config.accelerator,
+        "num_accelerators": engine.config.num_accelerators,
         "loads": [_rank_load(r, engine.config) for r in ranks],
     }
 
@@ -151,7 +154,7 @@ def metrics(engine: Engine) -> str:
            lambda r: r.stats.gen_throughput)
     if c.tokens_per_chunk > 1:
         family("sglang:spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
-               lambda r: float(c.tokens_per_chunk))
+               lambda r: MEAN_ACCEPT_LENGTH)
     family("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            lambda r: r.stats.prompt_tokens)
     family("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.",

@@ -38,6 +38,11 @@ from prompts import sglang_input as render
 
 DRAFT_TOKENS = 3  # --speculative-num-steps 3 --speculative-eagle-topk 1: 3 draft tokens per verify step
 _ACCEPT_WEIGHTS = (0.2, 0.2, 0.25, 0.35)  # accepted drafts per step, 0..3
+# Tokens per verify step the draws above give on average (accepted drafts plus the bonus token): 2.75. The
+# servers' live figure (`/v1/loads` speculative.accept_length, `sglang:spec_accept_length`) reports it, as
+# SGLang's gauge reports completion tokens over verify steps; a reply's own figure differs only by its last,
+# cut-short step.
+MEAN_ACCEPT_LENGTH = 1.0 + sum(j * w for j, w in enumerate(_ACCEPT_WEIGHTS)) / sum(_ACCEPT_WEIGHTS)
 THINK_END = "</think>"
 _SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
 
