@@ -50,13 +50,16 @@ as many completion tokens as the server reported (usage.completion_tokens) and, 
 prompt tokens; a row that does not is a mismatch: it is left out and reported (--keep-mismatched keeps
 it, still reported).
 
-template fidelity (--template-check): every record with the server's ids is rendered as the trainer
-renders it (the tokenizer's chat template, or --chat-template FILE: the trainer's), tokenized in one
-pass, and compared with the server's ids. The report gives the share that matches exactly and, for a
-mismatch, the first differing token and the tokens around it on both sides. With --format specforge
-(the trainer re-renders the text) it runs by default, and an export above --max-template-mismatch is
-refused (exit 3) unless --allow-template-mismatch. The tokenized formats carry the server's ids: for
-them the check runs with --template-check all, and is a report.
+template fidelity (--template-check): for every record with the server's ids, what SpecForge trains on
+for its specforge row (its own parsing rules: the whole conversation rendered with the template,
+tokenized in one pass, the qwen3.5 loss-mask spans; tool-call arguments that do not parse become {}) is
+compared with those ids: the tokens, and a loss mask 0 on the prompt and 1 on every generated token. With
+--format specforge it runs by default: a row that does not match is left out, and above
+--max-template-mismatch the export is refused (exit 3) unless --allow-template-mismatch. The tokenized
+formats carry the server's ids: for them the check runs with --template-check all, and is a report.
+
+never exported: loops (finish_reason repetition); in specforge rows, replies that did not end by
+themselves (SpecForge would close them with tokens the model never generated). Both are counted.
 
 the window (--max-length N, the trainer's max_length): a longer row is cut to its first N tokens,
 prompt included, as SpecForge and speculators cut it (--over-length cut), or dropped (drop); a cut row
