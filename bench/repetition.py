@@ -5,8 +5,11 @@ it adds per chunk on top of what the client already spends (bench.client_cost: 5
 Each case feeds the same chunks to (a) a no-op `feed` of the same shape, the baseline, and (b) the
 detector, and reports ns per chunk, the ratio, and the time added per chunk. Inputs: a long simulated
 reply (launch/sim's word pieces) in chunks of 1 and of 4 pieces (one token per chunk, and MTP), its token
-ids (each piece's index, spread over a 250K vocabulary) with the token rule, and a worst case for the check:
-a table whose rows differ only in their digits, so checks find candidate periods and compare the window.
+ids (each piece's index, spread over a 250K vocabulary) with the token rule, and worst cases for the check,
+replies that repeat without looping: a table whose rows differ only in their digits (checks find candidate
+periods and compare), numbered lines of prose in stretches of ~10,000 characters between short paragraphs
+(the counter test runs and normalises text, short of its 16,384-character floor), and base64 of zero bytes
+in stretches of 23,000 characters (exact repeats, short of the 32,768-character floor).
 
     python -m bench.repetition [--pieces 200000] [--rounds 15] [--out docs/benchmarks.md]
 """
@@ -85,6 +88,28 @@ def _grouped(items: Sequence[str], size: int) -> list[str]:
     return ["".join(items[i:i + size]) for i in range(0, len(items), size)]
 
 
+def _stretches(make: Callable[[int], str], pieces: Sequence[str], chars: int) -> list[str]:
+    """Stretches make(0), make(1), ... with 80 word pieces of prose after each, in chunks of 5 characters,
+    about `chars` characters in all."""
+    out, size, i = [], 0, 0
+    while size < chars:
+        part = make(i) + "".join(pieces[80 * i:80 * i + 80])
+        out.append(part)
+        size += len(part)
+        i += 1
+    text = "".join(out)
+    return [text[k:k + 5] for k in range(0, len(text), 5)]
+
+
+def _numbered(i: int) -> str:
+    return "".join(f"Take case {n} down and check it against the cache, then pass it around.\n"
+                   for n in range(100 + i, 240 + i))
+
+
+def _zero_base64(_: int) -> str:
+    return ("A" * 76 + "\n") * 300
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.repetition", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,12 +125,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     table_rows = [f"| {i:05d} | {rng.random():.3f} | {rng.randint(0, 999):03d} | ok |\n"
                   for i in range(args.pieces // 6)]
     table_chunks = [chunk for row in table_rows for chunk in (row[:12], row[12:])]
+    chars = sum(map(len, table_chunks))
     cases: list[tuple[str, float, float]] = [
         ("reply text, 1 piece per chunk", *_text_case(pieces, args.rounds)),
         ("reply text, 4 pieces per chunk (MTP)", *_text_case(_grouped(pieces, 4), args.rounds)),
         ("token ids, 1 id per chunk", *_ids_case([[i] for i in ids], args.rounds)),
         ("token ids, 4 ids per chunk (MTP)", *_ids_case([ids[i:i + 4] for i in range(0, len(ids), 4)], args.rounds)),
         ("worst case: a numeric table, ~14 chars per chunk", *_text_case(table_chunks, args.rounds)),
+        ("worst case: numbered prose under the counter floor, 5 chars per chunk",
+         *_text_case(_stretches(_numbered, pieces, chars), args.rounds)),
+        ("worst case: zero-byte base64 under the structured floor, 5 chars per chunk",
+         *_text_case(_stretches(_zero_base64, pieces, chars), args.rounds)),
     ]
     lines = ["| input | no-op (ns/chunk) | detector (ns/chunk) | ratio | added per chunk (ns) "
              "| added vs 5.7 us/chunk |",

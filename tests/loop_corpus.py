@@ -360,6 +360,10 @@ def counter_digits() -> tuple[str, int]:
     return _looping(203, 2500, lambda n: f"Step {n + 1}: {block}", PROSE_LOOP_CHARS)
 
 
+def counter_short_line() -> tuple[str, int]:
+    return _looping(222, 2000, lambda n: f"Retry {n + 1}: the cache key is still stale.\n", PROSE_LOOP_CHARS)
+
+
 def counter_words() -> tuple[str, int]:
     block = "let me re-check the cache key and see whether the entry is stale before the next request.\n"
     return _looping(204, 2500, lambda n: f"Step {_number_words(n + 1)}: {block}", PROSE_LOOP_CHARS)
@@ -460,6 +464,7 @@ _LOOPS: dict[str, tuple[Callable[[], tuple[str, int]], bool]] = {
     "exact_paragraph": (exact_paragraph, False),
     "exact_short_line": (exact_short_line, False),
     "counter_digits": (counter_digits, False),
+    "counter_short_line": (counter_short_line, False),
     "counter_words": (counter_words, True),
     "counter_ordinals": (counter_ordinals, False),
     "counter_letters": (counter_letters, True),

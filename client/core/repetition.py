@@ -67,7 +67,19 @@ _ID_BYTES = 4  # a token id packed as one unsigned 32-bit word
 _SAMPLE = 2048  # characters of a block read to classify it
 _SLACK = 32  # characters a counter's change of length may shift what precedes it
 _SHIFT = 48  # characters the counter test moves its key back when the last 16 held a counter
-_HEAD_TOKENS = 8  # tokens dropped from the start of a normalised window (the cut may split a counter)
+# Where the key ends, before the end: a stream tries two (its next check is another phase of a loop); a
+# whole reply has one phase, so five, 16 apart (a short block holds a counter in most 16 characters).
+_STREAM_CUTS = (0, _SHIFT)
+_WHOLE_CUTS = (0, 16, 32, _SHIFT, 64)
+_NEAR = 1024  # units a stream's check searches its key over, but every _FAR_EVERY-th
+_FAR_EVERY = 4  # a stream's check searches over all of max_block this often
+_COUNTER_TESTS = 1  # counter tests a key's candidates may run
+_BREAKS = 4096  # periods whose break a stream remembers (then it forgets them all)
+_KNOWN = 16  # candidates with a known break a check passes over before it gives up
+# Keys of the known breaks: p for exact repeats, -q for a normalised period, _BY_BLOCK - p for the counter
+# test of a block of p characters.
+_BY_BLOCK = -(1 << 30)
+_EDGE_TOKENS = 8  # tokens dropped from each end of a normalised window (a cut may split a counter)
 
 Kind = Literal["exact", "counter", "structured"]
 
@@ -180,6 +192,8 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 _HEXISH = re.compile(r"(?:0[xX])?[0-9A-Fa-f]*[0-9][0-9A-Fa-f]*|[a-fA-F]{2}|[A-Z]{1,3}|[a-zA-Z]|[ivx]{2,5}|[IVXLC]{2,7}")
 _DIGITS = re.compile(r"[0-9]+")
 _JOINS = frozenset(("-", "and", "–", "/"))
+# A run of counters, joined as _JOINS says: "#" tokens (whole ones: NUL or an end on both sides).
+_RUNS = re.compile("(?<![^\x00])#(?:\x00(?:(?:-|and|–|/)\x00)?#(?![^\x00]))+")
 _WORD_CACHE: dict[str, str] = {}
 _WORD_CACHE_SIZE = 100_000
 
@@ -199,80 +213,118 @@ def _counter_word(word: str) -> str:
 def normalise(text: str, starts: list[int] | None = None) -> str:
     """The text as the counter test reads it: its words and marks (not its spacing) joined by NUL, every
     counter as "#", and a run of counters ("twenty-one", "one hundred and two", "2024-01-31") as one "#".
-    With `starts`, the start in `text` of each token of the result is appended to it."""
+    With `starts`, the start in `text` of each token of the result is appended to it (a slower walk that
+    gives the same text)."""
+    if starts is None:
+        cache = _WORD_CACHE
+        words = [cache.get(word) or _counter_word(word) for word in _TOKEN.findall(text)]
+        return _RUNS.sub("#", "\x00".join(words))
     out: list[str] = []
-    where: list[int] = []
-    tokens = _TOKEN.finditer(text) if starts is not None else _TOKEN.findall(text)
-    for token in tokens:
-        word = token if isinstance(token, str) else token.group()
-        read = _counter_word(word)
+    for token in _TOKEN.finditer(text):
+        read = _counter_word(token.group())
         if read == "#" and out:
             if out[-1] == "#":
                 continue
             if len(out) >= 2 and out[-2] == "#" and out[-1] in _JOINS:
                 out.pop()
-                if where:
-                    where.pop()
+                starts.pop()
                 continue
         out.append(read)
-        if not isinstance(token, str):
-            where.append(token.start())
-    if starts is not None:
-        starts.extend(where)
+        starts.append(token.start())
     return "\x00".join(out)
 
 
 # --- periods ---------------------------------------------------------------------------------------------
 
 
-class _Budget:
-    """Units a check may still compare."""
+class _Check:
+    """One check's state: units it may still compare, whether it ran a counter test, and (for a stream) the
+    breaks it knows: for a period, a position (in units fed) at or after which the text is known not to
+    repeat with that period. The text never changes, so a break stays true; a span that holds one cannot
+    repeat, and is not compared again."""
 
-    __slots__ = ("left",)
+    __slots__ = ("breaks", "counted", "left", "offset")
 
-    def __init__(self, units: int) -> None:
+    def __init__(self, units: int, breaks: dict[int, int] | None = None, offset: int = 0) -> None:
         self.left = units
+        self.counted = False
+        self.breaks = breaks
+        self.offset = offset  # units fed before raw[0]
+
+    def broken(self, key: int, start: int) -> bool:
+        """Is a break of this period known at or after raw[start]?"""
+        breaks = self.breaks
+        return breaks is not None and breaks.get(key, -1) >= self.offset + start
+
+    def broke(self, key: int, at: int) -> None:
+        """The text does not repeat with this period at or after raw[at] (a lower bound of the break)."""
+        if self.breaks is not None:
+            if len(self.breaks) >= _BREAKS:
+                self.breaks.clear()
+            self.breaks[key] = max(self.breaks.get(key, -1), self.offset + at)
 
 
-def _repeats(raw: AnyStr, p: int, span: int, budget: _Budget) -> bool:
-    """Is raw[-span:] periodic with period p? Compared in stages that grow fourfold (the block's 64-unit
-    suffix, its last two blocks, then 8, 32, ... blocks), stopping at the first stage that differs."""
+def _repeats(raw: AnyStr, p: int, span: int, check: _Check) -> bool:
+    """Is raw[-span:] periodic with period p? Compared in stages: the block's 64-unit suffix and as much at
+    the far end of the span (a run shorter than the floor fails there at once), then 2, 8, 32, ... blocks
+    back from the end, stopping at the first stage that differs (and remembering where it failed)."""
     n = len(raw)
-    if span > n or p >= span:
+    if span > n or p >= span or check.broken(p, n - span):
         return False
     length = min(span, p + _SUFFIX)
-    while True:
-        budget.left -= length
-        if budget.left < 0 or raw[n - length:n - p] != raw[n - length + p:]:
-            return False
-        if length == span:
-            return True
+    check.left -= 2 * length
+    if check.left < 0:
+        return False
+    if raw[n - length:n - p] != raw[n - length + p:]:
+        check.broke(p, n - length)
+        return False
+    start = n - span
+    if raw[start:start + length - p] != raw[start + p:start + length]:
+        check.broke(p, start)
+        return False
+    while length < span:
         length = min(span, max(length * 4, 2 * p))
+        check.left -= length
+        if check.left < 0:
+            return False
+        if raw[n - length:n - p] != raw[n - length + p:]:
+            check.broke(p, n - length)
+            return False
+    return True
 
 
 def _near_repeat(raw: str, p: int) -> bool:
-    """Does a quarter of the tail's block (16 characters at least) occur one period back, give or take 32
-    characters? A loop whose counters change still repeats most of its block exactly (what precedes a
-    counter that changed length is shifted by the difference); a phrase said twice does not."""
+    """Do two of the last four quarters of the tail's block (16 characters each at least) occur one period
+    back, give or take 32 characters? A loop whose counters change still repeats most of its block exactly
+    (what precedes a counter that changed length is shifted by the difference); a phrase said twice, or a
+    block that merely ends like the one before, does not."""
     n, quarter = len(raw), max(_KEY, p // 4)
+    matched = 0
     for k in range(4):
         end = n - k * quarter
         if end - quarter - p - _SLACK < 0:
             return False
         if raw.find(raw[end - quarter:end], end - quarter - p - _SLACK, end - p + _SLACK) >= 0:
-            return True
+            matched += 1
+            if matched == 2:
+                return True
     return False
 
 
 def _inner_bounds(normalised: str) -> tuple[int, int]:
-    """Where a normalised text is left without its last token and its first 8, which the cut of a window may
-    have split (a run of counters such as "one hundred and twenty-three" is 6 tokens before it is one)."""
+    """Where a normalised text is left without its first 8 tokens and its last 8, which the cuts of a window
+    may have split (a run of counters such as "one hundred and twenty-three" is 6 tokens before it is one)."""
     head = -1
-    for _ in range(_HEAD_TOKENS):
+    for _ in range(_EDGE_TOKENS):
         head = normalised.find("\x00", head + 1)
         if head < 0:
             return 0, 0
-    return head + 1, max(head + 1, normalised.rfind("\x00"))
+    tail = len(normalised)
+    for _ in range(_EDGE_TOKENS):
+        tail = normalised.rfind("\x00", 0, tail)
+        if tail <= head:
+            return 0, 0
+    return head + 1, tail
 
 
 def _inner(normalised: str) -> str:
@@ -280,17 +332,20 @@ def _inner(normalised: str) -> str:
     return normalised[start:end]
 
 
-def _counter_period(raw: str, p: int, rule: RepetitionRule, budget: _Budget) -> int | None:
+def _counter_period(raw: str, p: int, rule: RepetitionRule, check: _Check) -> int | None:
     """q, the normalised period of a prose loop whose repeats differ only in their counters, if raw's last
-    max(min_repeats x p, counter_span) characters are one block that way; else None."""
+    max(min_repeats x p, counter_span) characters are one block that way; else None. Normalises the last
+    three blocks; then, if they repeat, three blocks at the far end and in the middle of the span; only if
+    those repeat too, the whole span (and where it stops repeating is remembered)."""
     n = len(raw)
     span = rule.needed("counter", p)
-    if span > n:
+    if span > n or check.broken(_BY_BLOCK - p, n - span):
         return None
-    budget.left -= 3 * p
-    if budget.left < 0:
+    near_len = min(n, 3 * p + 256)  # three blocks, and the edges _inner drops
+    check.left -= near_len
+    if check.left < 0:
         return None
-    near = _inner(normalise(raw[n - min(n, 3 * p):]))
+    near = _inner(normalise(raw[n - near_len:]))
     m = len(near)
     key = near[-_KEY:]
     lo, hi = max(0, m - _KEY - 2 * p), m - 1
@@ -300,56 +355,97 @@ def _counter_period(raw: str, p: int, rule: RepetitionRule, budget: _Budget) -> 
             return None
         hi = j + len(key) - 1
         q = m - len(key) - j
-        if 2 * q <= m and near[m - 2 * q:m - q] == near[m - q:]:
-            budget.left -= 2 * span
-            if budget.left < 0:
+        if 2 * q > m or near[m - 2 * q:m - q] != near[m - q:]:
+            continue
+        if check.broken(-q, n - span):
+            return None
+        # Probes of three blocks each, 2, 4, 8, ... times as far back, up to the far end of the span: a run
+        # of counters shorter than the floor (a song, a numbered list) fails at one, and where it fails is
+        # remembered, so the next checks pass over it until the span is past it.
+        back = 2 * near_len
+        while True:
+            start = max(n - span, n - back)
+            check.left -= near_len
+            probe = _inner(normalise(raw[start:start + near_len]))
+            if check.left < 0:
                 return None
-            far = _inner(normalise(raw[n - span:]))
-            return q if len(far) > q and far[:-q] == far[q:] else None
+            if len(probe) < 2 * q or probe[:-q] != probe[q:]:
+                check.broke(-q, start)
+                check.broke(_BY_BLOCK - p, start)
+                return None
+            if start == n - span:
+                break
+            back *= 2
+        check.left -= 2 * span
+        if check.left < 0:
+            return None
+        head = normalise(raw[n - span:])
+        first, last = _inner_bounds(head)
+        far = head[first:last]
+        if len(far) > q and far[:-q] == far[q:]:
+            return q
+        # Where it stops repeating, as a lower bound in characters: a token of the normalised text is at most
+        # as long as the word it reads, and NULs stand for at least nothing.
+        breaks_at = first + len(far) - _span(far, q, min(len(far), 2 * q), 1)
+        check.broke(-q, n - span + breaks_at - head.count("\x00", 0, breaks_at))
+        check.broke(_BY_BLOCK - p, n - span + breaks_at - head.count("\x00", 0, breaks_at))
+        return None
     return None
 
 
-def _candidates(raw: str, rule: RepetitionRule, budget: _Budget) -> tuple[int, Kind, int] | None:
+def _candidates(raw: str, rule: RepetitionRule, check: _Check) -> tuple[int, Kind, int] | None:
     """(p, kind, q) for the nearest candidate period of raw's last 16 characters the rule accepts."""
     n = len(raw)
     key = raw[n - _KEY:]
     lo, hi = max(0, n - _KEY - rule.max_block), n - 1
-    counters_tried = False
+    counter_tests = known = 0
+    repeats, floor = rule.min_repeats, rule.min_span
     for _ in range(_CANDIDATES):
         j = raw.rfind(key, lo, hi)
         if j < 0:
             return None
         hi = j + _KEY - 1
         p = n - _KEY - j
-        if _repeats(raw, p, rule.needed("exact", p), budget):
+        span = max(repeats * p, floor)
+        if check.broken(p, n - span):
+            known += 1  # its span holds a known break; past a few, the rest are multiples of those
+            if known >= _KNOWN and (not rule.counter_span or counter_tests >= _COUNTER_TESTS):
+                return None
+        elif _repeats(raw, p, span, check):
             if is_prose(raw[n - p:]):
                 return p, "exact", p
-            if rule.structured_span and _repeats(raw, p, rule.needed("structured", p), budget):
+            if rule.structured_span and _repeats(raw, p, rule.needed("structured", p), check):
                 return p, "structured", p
             continue
-        if rule.counter_span and not counters_tried and _near_repeat(raw, p):
-            counters_tried = True  # one counter test per key: it normalises text
+        if rule.counter_span and counter_tests < _COUNTER_TESTS and _near_repeat(raw, p):
+            counter_tests += 1  # a counter test normalises text: a few per key
+            check.counted = True
             if is_prose(raw[n - p:]):
-                q = _counter_period(raw, p, rule, budget)
+                q = _counter_period(raw, p, rule, check)
                 if q is not None:
                     return p, "counter", q
-        if budget.left < 0:
+        if check.left < 0:
             return None
     return None
 
 
-def _text_period(raw: str, rule: RepetitionRule) -> tuple[int, Kind, int, int] | None:
+def _text_period(raw: str, rule: RepetitionRule, cuts: tuple[int, ...], breaks: dict[int, int] | None = None,
+                 offset: int = 0) -> tuple[int, Kind, int, int] | None:
     """(p, kind, q, cut) for the nearest candidate period the rule accepts, else None. q is p but for a
-    counter loop, where it is the period of the normalised text. cut: the characters left off the end, 48
-    when the last 16 held a counter (then the search runs again 48 characters back), else 0."""
+    counter loop, where it is the period of the normalised text. cut: the characters left off the end
+    before the search, the first of `cuts`, or a later one when the search before found no candidate that
+    repeats nearly (a counter loop whose key held a counter). `breaks`, `offset`: a stream's known breaks
+    (see _Check) and the characters fed before raw[0]."""
     n = len(raw)
     floors = [f for f in (rule.min_span, rule.counter_span, rule.structured_span) if f]
     if n < min(floors):
         return None
-    budget = _Budget(_BUDGET * max(n, rule.window))
-    for cut in (0, _SHIFT) if rule.counter_span else (0,):
+    check = _Check(_BUDGET * max(n, rule.window), breaks, offset)
+    for cut in cuts if rule.counter_span else (0,):
+        if check.counted:
+            break  # the key at the end found a block that nearly repeats: it held no counter
         if _has_candidate(raw, n - cut, rule.max_block, 1):
-            found = _candidates(raw[:n - cut] if cut else raw, rule, budget)
+            found = _candidates(raw[:n - cut] if cut else raw, rule, check)
             if found is not None:
                 return (*found, cut)
     return None
@@ -371,16 +467,16 @@ def _id_period(raw: bytes, rule: RepetitionRule) -> int | None:
     key_len = _KEY * _ID_BYTES
     key = raw[n - key_len:]
     lo, hi = max(0, n - key_len - rule.max_block * _ID_BYTES), n - 1
-    budget = _Budget(_BUDGET * max(n, rule.window * _ID_BYTES))
+    check = _Check(_BUDGET * max(n, rule.window * _ID_BYTES))
     for _ in range(_CANDIDATES):
         j = raw.rfind(key, lo, hi)
         if j < 0:
             return None
         hi = j + key_len - 1
         p = n - key_len - j
-        if p % _ID_BYTES == 0 and _repeats(raw, p, rule.needed("exact", p // _ID_BYTES) * _ID_BYTES, budget):
+        if p % _ID_BYTES == 0 and _repeats(raw, p, rule.needed("exact", p // _ID_BYTES) * _ID_BYTES, check):
             return p
-        if budget.left < 0:
+        if check.left < 0:
             return None
     return None
 
@@ -423,7 +519,7 @@ def _found(text: str, hit: tuple[int, Kind, int, int], at: int, rule: Repetition
 
 def find_repetition(text: str, rule: RepetitionRule = TEXT_RULE) -> Repetition | None:
     """The repetition at the end of a whole text, its span measured over the whole text, or None."""
-    found = _text_period(text[-rule.window:], rule)
+    found = _text_period(text[-rule.window:], rule, _WHOLE_CUTS)
     return None if found is None else _found(text, found, len(text), rule)
 
 
@@ -445,34 +541,45 @@ class _Tail(Generic[AnyStr]):
     """The checked part of a stream: its last `max_block` + 16 units as one string, and enough parts for
     the window, joined only when a check has a candidate period."""
 
-    __slots__ = ("_cuts", "_held", "_history", "_reach", "_recent", "_width", "fed", "rule")
+    __slots__ = ("_checks", "_counters", "_held", "_history", "_reach", "_recent", "_width", "_window", "fed",
+                 "rule")
 
     def __init__(self, rule: RepetitionRule, empty: AnyStr, width: int) -> None:
         self.rule = rule
         self.fed = 0  # units checked so far
         self._width = width
         self._reach = (rule.max_block + _KEY + _SHIFT) * width
-        self._cuts = (0, _SHIFT) if rule.counter_span else (0,)
+        self._window = rule.window * width
+        self._counters = bool(rule.counter_span)
+        self._checks = 0
         self._recent: AnyStr = empty
         self._history: deque[AnyStr] = deque()
         self._held = 0
 
     def add(self, fresh: AnyStr) -> AnyStr | None:
-        """Add the units since the last check; the window when the tail has a candidate period, else None."""
-        rule, width = self.rule, self._width
+        """Add the units since the last check; the window when the tail has a candidate period (searched
+        `cut` units before the end), else None."""
+        rule, width, window = self.rule, self._width, self._window
         self.fed += len(fresh) // width
         history = self._history
         history.append(fresh)
         self._held += len(fresh)
-        window = rule.window * width
         while self._held - len(history[0]) >= window:
             self._held -= len(history.popleft())
         self._recent = recent = (self._recent + fresh)[-self._reach:]
         if self.fed < rule.min_span:
             return None
-        for cut in self._cuts:
-            if _has_candidate(recent, len(recent) - cut * width, rule.max_block, width):
-                return recent[:0].join(history)[-window:]
+        end = len(recent)
+        # The key at the end, over the nearest 1,024 units, and over all of max_block every 4th check (a
+        # search costs its length; a block over 1,024 needs 8 of them, so it is found at most 3 checks
+        # later); else (a counter loop whose last 16 units hold a counter) the key 48 units back, over the
+        # nearest 1,024 (a longer block's counter is rarely in its last 64).
+        near = min(rule.max_block, _NEAR)
+        reach = rule.max_block if self._checks % _FAR_EVERY == 0 else near
+        self._checks += 1
+        if _has_candidate(recent, end, reach, width) or (
+                self._counters and _has_candidate(recent, end - _SHIFT, near, width)):
+            return recent[:0].join(history)[-window:]
         return None  # no candidate period: the usual case
 
 
@@ -480,12 +587,13 @@ class RepetitionDetector:
     """Fed a reply's text chunk by chunk; `feed` returns the Repetition once the tail repeats (and from then
     on), else None. Units are characters."""
 
-    __slots__ = ("_every", "_fresh", "_parts", "_tail", "found", "rule")
+    __slots__ = ("_breaks", "_every", "_fresh", "_parts", "_tail", "found", "rule")
 
     def __init__(self, rule: RepetitionRule = TEXT_RULE) -> None:
         self.rule = rule
         self.found: Repetition | None = None
         self._every = rule.check_every
+        self._breaks: dict[int, int] = {}  # per period, where the text is known not to repeat with it
         self._parts: list[str] = []
         self._fresh = 0
         self._tail: _Tail[str] = _Tail(rule, "", 1)
@@ -505,7 +613,7 @@ class RepetitionDetector:
                 self._fresh = 0
                 raw = self._tail.add(fresh)
                 if raw is not None:
-                    hit = _text_period(raw, self.rule)
+                    hit = _text_period(raw, self.rule, _STREAM_CUTS, self._breaks, self._tail.fed - len(raw))
                     if hit is not None:
                         self.found = _found(raw, hit, self._tail.fed, self.rule)
         return self.found
