@@ -28,7 +28,7 @@ import orjson
 from client.core.errors import ManifestConflict
 from client.local.lock import pid_alive
 from client.s3.errors_map import MISSING_KEY_CODES
-from client.s3.lease import check_holder
+from client.s3.lease import check_holder, check_lease
 from client.s3.manifest import same_etag, single_etag
 from client.s3.store import DatedObject, S3Conflict, S3Error, S3Store
 
@@ -97,9 +97,12 @@ class ShardLease:
         holder = LeaseRecord.read(got)
         if holder is None:
             return f"taking over the lease {self.store.url}{self.key}: it is not a readable lease"
-        if holder.writer == self.mine.writer and holder.machine == self.mine.machine \
-                and holder.run == self.mine.run:
-            return None  # our own, from a claim whose reply was lost
+        if holder.writer == self.mine.writer:
+            if holder.machine == self.mine.machine and holder.run == self.mine.run:
+                return None  # our own, from a claim whose reply was lost
+            # An earlier client of this writer's name: the manifest's own check says the takeover.
+            check_lease(holder, machine=self.mine.machine, alive=self.alive)
+            return None
         return check_holder(holder, writer=self.mine.writer, url=str(self.store.url), machine=self.mine.machine,
                             alive=self.alive)
 
