@@ -263,3 +263,11 @@ def test_out_guard_for_jsonl(tmp_path: Path, content: bytes, refused: bool) -> N
         assert (tmp_path / "train.jsonl").read_bytes() == content
     else:
         assert code == 0, stderr
+
+
+def test_every_format_of_the_registry_has_its_writer() -> None:
+    from client.export.formats import FORMATS
+    from client.export.writers import JSONL_LINES
+
+    assert set(JSONL_LINES) == {name for name, fmt in FORMATS.items() if fmt.storage == "jsonl"}
+    assert {fmt.storage for fmt in FORMATS.values()} <= {"jsonl", "parquet"}

@@ -19,6 +19,7 @@ from typing import Any
 
 from client.core.ids import id_hash
 from client.export import fidelity
+from client.export.formats import DEFAULT_FORMAT, FORMATS
 from client.export.render import ChatTokenizer, RenderError, has_exact_ids, render_record
 from client.export.rows import ENDED_BY_ITSELF, Conversations, Sample, Turn, Window
 from client.export.writers import open_writer
@@ -30,7 +31,7 @@ __all__ = ["ChatTokenizer", "ExportOptions", "ExportReport", "export", "summary"
 
 @dataclass(frozen=True, slots=True)
 class ExportOptions:
-    fmt: str = "parquet"
+    fmt: str = DEFAULT_FORMAT
     rows: str = "turn"  # or "conversation": one row per conversation of a --turns all run
     window: Window = field(default_factory=Window)
     drop_truncated: bool = False
@@ -116,8 +117,9 @@ class _Pass:
         self.conversations = Conversations() if options.rows == "conversation" else None
         # By default only where the trainer re-renders the text: the check costs a render and a
         # tokenization of every row, and the tokenized formats carry the server's ids anyway.
+        self.format = FORMATS[options.fmt]
         self.checking = options.template_check == "all" or (options.template_check == "auto"
-                                                              and options.fmt == "specforge")
+                                                              and self.format.rerendered)
 
     def record(self, where: str, record: dict[str, Any]) -> None:
         report = self.report
@@ -145,7 +147,7 @@ class _Pass:
         if options.drop_truncated and finish == "length":
             report.dropped_truncated += 1
             return
-        if options.fmt == "specforge" and finish not in ENDED_BY_ITSELF:
+        if self.format.rerendered and finish not in ENDED_BY_ITSELF:
             # SpecForge's template closes every assistant turn (`</think>`, `<|im_end|>`) and parses tool-call
             # arguments or renders `{}`: a reply cut short would be trained on tokens the model never wrote.
             report.unreproducible += 1
@@ -191,7 +193,7 @@ class _Pass:
         report.template.add(turn.where, turn.record, verdict)
         if verdict.matched:
             return replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=verdict.tools)))
-        if self.options.fmt == "specforge" and not self.options.allow_template_mismatch:
+        if self.format.rerendered and not self.options.allow_template_mismatch:
             report.template_left_out += len(sample.turns)
             return None
         return sample
@@ -238,7 +240,7 @@ class _Pass:
         template = self.report.template
         # Only a trainer that re-renders the text is fed the template's tokens; the tokenized formats carry
         # the server's ids, so for them the check is a report.
-        return (self.options.fmt == "specforge" and not self.options.allow_template_mismatch and template.checked > 0
+        return (self.format.rerendered and not self.options.allow_template_mismatch and template.checked > 0
                 and template.mismatch_share > self.options.max_template_mismatch)
 
 

@@ -19,25 +19,34 @@ import orjson
 from argchecks import float_in, positive_int
 from client.core.errors import NO_SPACE, ConfigError
 from client.core.options import add_s3_endpoint_url
+from client.export.formats import DEFAULT_FORMAT, FORMATS
 
 EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_REFUSED, EXIT_NO_ROOM = 0, 1, 2, 3, 4
 EXIT_NOT_EXACT = EXIT_REFUSED
 
-# The formats, as in client.export.rows (not imported from there: it needs the extra).
-FORMATS = ("parquet", "specforge", "specforge-tokenized", "speculators")
 
 # The top-level modules of the `export` extra (pyproject.toml); a missing one is a setup step, not a bug.
 EXTRA_MODULES = frozenset({"pyarrow", "tokenizers", "jinja2"})
 
-EPILOG = """\
+def _format_lines() -> str:
+    lines = []
+    for fmt in FORMATS.values():
+        words, line = fmt.help.split(), ""
+        rows = []
+        for word in words:
+            if line and len(line) + 1 + len(word) > 80:
+                rows.append(line)
+                line = word
+            else:
+                line = f"{line} {word}".strip()
+        rows.append(line)
+        lines.append(f"  {fmt.name:<21}" + "\n".join([rows[0], *(" " * 23 + r for r in rows[1:])]))
+    return "\n".join(lines)
+
+
+EPILOG = f"""\
 formats (--format; what each trainer reads, from its loader's sources):
-  parquet              id, input_ids, loss_mask (0 prompt, 1 completion), seq_len
-  specforge            SpecForge conversation JSONL (data.train_data_path): {"id", "conversations":
-                       [{"role", "content", "reasoning_content", "tool_calls", ...}], "tools"}; the trainer
-                       re-renders it with its own chat template
-  specforge-tokenized  SpecForge pre-tokenized JSONL (data.prompts_path): {"id", "input_ids", "loss_mask"}
-  speculators          vLLM speculators' regeneration rows: {"id", "primary_id", "input_ids", "loss_mask",
-                       "metadata"}
+{_format_lines()}
 
 examples:
   python -m client.export runs/full --tokenizer models/Qwen3.6-27B --out train.parquet
@@ -52,7 +61,7 @@ it, still reported).
 
 template fidelity (--template-check): for every record with the server's ids, what SpecForge trains on
 for its specforge row (its own parsing rules: the whole conversation rendered with the template,
-tokenized in one pass, the qwen3.5 loss-mask spans; tool-call arguments that do not parse become {}) is
+tokenized in one pass, the qwen3.5 loss-mask spans; tool-call arguments that do not parse become {{}}) is
 compared with those ids: the tokens, and a loss mask 0 on the prompt and 1 on every generated token. With
 --format specforge it runs by default: a row that does not match is left out, and above
 --max-template-mismatch the export is refused (exit 3) unless --allow-template-mismatch. The tokenized
@@ -95,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the trainer's Jinja chat template, instead of the tokenizer's: re-renders rows "
                              "without ids and is checked against the rows with ids")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the file to write")
-    parser.add_argument("--format", choices=FORMATS, default="parquet",
+    parser.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
                         help="what to write (below; default: %(default)s)")
     parser.add_argument("--rows", choices=("turn", "conversation"), default="turn",
                         help="for a --turns all run: one row per assistant turn (default), or one per "
@@ -154,7 +163,7 @@ def _previous_jsonl_export(head: bytes) -> bool:
     return isinstance(first, dict) and "id" in first and ("conversations" in first or "input_ids" in first)
 
 
-def check_out_is_safe(out: Path, results: str, fmt: str = "parquet") -> None:
+def check_out_is_safe(out: Path, results: str, fmt: str = DEFAULT_FORMAT) -> None:
     """OUT may replace a previous export, never a run's own files: ConfigError for a path inside the run's
     directory (its segments, `.ids` sidecars, run.json) and for an existing file that is not a previous
     export (parquet; or, for the JSONL formats, a file whose first line is one of our rows)."""
@@ -167,10 +176,11 @@ def check_out_is_safe(out: Path, results: str, fmt: str = "parquet") -> None:
         return
     with out.open("rb") as existing:
         head = existing.read(1 << 20)
-    if fmt == "parquet" and not head.startswith(PARQUET_MAGIC):
+    parquet = FORMATS[fmt].storage == "parquet"
+    if parquet and not head.startswith(PARQUET_MAGIC):
         raise ConfigError(f"--out {out} exists and is not a parquet file (not a previous export), so it is "
                           "left as it is; remove it or choose another path")
-    if fmt != "parquet" and head and not _previous_jsonl_export(head):
+    if not parquet and head and not _previous_jsonl_export(head):
         raise ConfigError(f"--out {out} exists and is not a previous export (its first line is not an export "
                           "row), so it is left as it is; remove it or choose another path")
 
@@ -190,7 +200,8 @@ def _options(args: argparse.Namespace) -> Any:
 def _print_template(report: Any, args: argparse.Namespace) -> None:
     template = report.template
     if not template.checked:
-        checking = args.template_check == "all" or (args.template_check == "auto" and args.format == "specforge")
+        checking = args.template_check == "all" or (args.template_check == "auto"
+                                                     and FORMATS[args.format].rerendered)
         if checking and report.rendered:
             print(f"template check: none of the records carries server token ids ({report.rendered:,} "
                   "re-rendered), nothing to compare the trainer's template with", file=sys.stderr)
@@ -206,14 +217,14 @@ def _print_template(report: Any, args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.rows == "conversation" and args.format != "specforge":
+    if args.rows == "conversation" and not FORMATS[args.format].conversation_rows:
         parser.error("--rows conversation needs --format specforge: the server's ids are per turn, and only a "
                      "trainer that re-renders the conversation can find its earlier turns' spans")
     try:
         # Imported only now, so that --help and the option errors need none of the extra.
         from client.export.build import ChatTokenizer, export, summary
 
-        if args.format == "parquet":  # the JSONL formats do without pyarrow
+        if FORMATS[args.format].storage == "parquet":  # the JSONL formats do without pyarrow
             importlib.import_module("pyarrow.parquet")
         if args.out.is_dir():
             raise ConfigError(f"--out {args.out} is a directory; give the file to write")

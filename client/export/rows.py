@@ -36,13 +36,9 @@ from typing import Any
 
 import orjson
 
+from client.export.formats import FORMATS
 from client.export.render import assistant_turn
 
-FORMATS = ("parquet", "specforge", "specforge-tokenized", "speculators")
-TOKENIZED = ("parquet", "specforge-tokenized", "speculators")
-# The fewest supervised tokens a cut row keeps: the loss mask here is one contiguous run of 1s, so two
-# adjacent supervised tokens is two supervised tokens.
-MIN_SUPERVISED = {"parquet": 2, "specforge": 2, "specforge-tokenized": 2, "speculators": 1}
 # The finish reasons of a reply the model ended itself (its end-of-turn token, or a tool call).
 ENDED_BY_ITSELF = ("stop", "tool_calls")
 _MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
@@ -102,7 +98,13 @@ def conversation(sample: Sample) -> list[dict[str, Any]]:
     return [*messages, assistant_turn(last)]
 
 
-def specforge_line(sample: Sample) -> dict[str, Any]:
+def tokenized_line(sample: Sample, input_ids: list[int], loss_mask: list[int]) -> dict[str, Any]:
+    return {"id": sample.id, "input_ids": input_ids, "loss_mask": loss_mask}
+
+
+def specforge_line(sample: Sample, input_ids: list[int] | None = None,
+                   loss_mask: list[int] | None = None) -> dict[str, Any]:
+    """The conversation; the ids are the trainer's to make (taken for the writers' one signature)."""
     line: dict[str, Any] = {"id": sample.id, "conversations": conversation(sample)}
     if sample.last.tools:
         line["tools"] = orjson.dumps(sample.last.tools).decode()
@@ -141,7 +143,8 @@ class Window:
         if self.over == "drop":
             return "drop-long", input_ids, loss_mask
         input_ids, loss_mask = input_ids[:self.max_length], loss_mask[:self.max_length]
-        if sum(loss_mask) < MIN_SUPERVISED[fmt]:
+        # The loss mask here is one contiguous run of 1s: two supervised tokens are two adjacent ones.
+        if sum(loss_mask) < FORMATS[fmt].min_supervised:
             return "drop-unsupervised", input_ids, loss_mask
         return "cut", input_ids, loss_mask
 

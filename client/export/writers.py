@@ -7,12 +7,14 @@ one object a line with orjson; what a line holds is `client.export.rows`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import orjson
 
-from client.export.rows import Sample, specforge_line, speculators_line
+from client.export.formats import FORMATS
+from client.export.rows import Sample, specforge_line, speculators_line, tokenized_line
 
 
 class Writer(Protocol):
@@ -53,23 +55,25 @@ class ParquetWriter:
         self.writer.close()
 
 
+LineBuilder = Callable[[Sample, list[int], list[int]], dict[str, Any]]
+# What one line of each JSONL format holds (client.export.rows); a test holds the keys to the registry.
+JSONL_LINES: dict[str, LineBuilder] = {"specforge": specforge_line, "specforge-tokenized": tokenized_line,
+                                       "speculators": speculators_line}
+
+
 class JsonlWriter:
-    def __init__(self, path: Path, fmt: str) -> None:
-        self.fmt = fmt
+    def __init__(self, path: Path, line: LineBuilder) -> None:
+        self.line = line
         self.file: IO[bytes] = path.open("wb")
 
     def add(self, sample: Sample, input_ids: list[int], loss_mask: list[int]) -> None:
-        if self.fmt == "specforge":
-            line = specforge_line(sample)
-        elif self.fmt == "speculators":
-            line = speculators_line(sample, input_ids, loss_mask)
-        else:
-            line = {"id": sample.id, "input_ids": input_ids, "loss_mask": loss_mask}
-        self.file.write(orjson.dumps(line) + b"\n")
+        self.file.write(orjson.dumps(self.line(sample, input_ids, loss_mask)) + b"\n")
 
     def close(self) -> None:
         self.file.close()
 
 
 def open_writer(fmt: str, path: Path, row_group_size: int) -> Writer:
-    return ParquetWriter(path, row_group_size) if fmt == "parquet" else JsonlWriter(path, fmt)
+    if FORMATS[fmt].storage == "parquet":
+        return ParquetWriter(path, row_group_size)
+    return JsonlWriter(path, JSONL_LINES[fmt])
