@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,9 @@ from rich.table import Table
 from argchecks import float_in, positive_int
 from client.audit import loops
 from client.audit.accept import render as render_accept
+from client.audit.findings import LOCAL_REDO_ADVICE, S3_REDO_ADVICE, Finding, Thresholds, judge, share
 from client.audit.png import histogram_png
-from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, mixed_settings, scan_results
+from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, scan_results
 from client.core.errors import ConfigError, InputError
 from client.core.options import add_s3_endpoint_url
 from client.results.reader import ReadReport
@@ -53,138 +54,12 @@ exit codes:
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    short_tokens: int = 16
-    max_stub_share: float = 0.10
-    max_empty_reasoning_share: float = 0.10
-    max_bad_tool_call_share: float = 0.05
-    warn_truncated_share: float = 0.20
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    level: str  # "fail" or "warn"
-    message: str
-
-
 def percentile(ordered: Sequence[int], fraction: float) -> int:
     """Nearest-rank percentile of an ascending sequence (0 when empty)."""
     if not ordered:
         return 0
     rank = max(1, -(-len(ordered) * fraction // 1))
     return ordered[min(len(ordered), int(rank)) - 1]
-
-
-def _share(part: float, whole: int) -> float:
-    return part / whole if whole else 0.0
-
-
-def judge(scan: Scan, ids: IdCheck | None, report: ReadReport, limits: Thresholds) -> list[Finding]:
-    """Counts -> findings. Each message is a sentence a person can act on."""
-    found: list[Finding] = []
-    n = scan.records
-    if n == 0:
-        return [Finding("fail", "there are no result records at all")]
-    stubs = _share(max(scan.stub_pattern, scan.short), n)
-    if stubs > limits.max_stub_share:
-        most = "most completions are" if stubs > 0.5 else f"{stubs:.0%} of completions are"
-        found.append(Finding("fail", f"{most} stubs: {scan.stub_pattern:,} match the '<think></think> OK.' pattern "
-                                     f"and {scan.short:,} have under {limits.short_tokens} tokens and no tool call"))
-    elif scan.stub_pattern or scan.short:
-        found.append(Finding("warn", f"{stubs:.1%} of completions look like stubs (short or 'OK.')"))
-    empty = _share(scan.empty_reasoning, scan.thinking_on)
-    if empty > limits.max_empty_reasoning_share:
-        found.append(Finding("fail", "reasoning is missing although thinking was requested: "
-                                     f"{scan.empty_reasoning:,} of {scan.thinking_on:,} thinking-on completions "
-                                     f"({empty:.0%}) have no reasoning"))
-    elif scan.empty_reasoning:
-        found.append(Finding("warn", f"{scan.empty_reasoning:,} thinking-on completion(s) have empty reasoning"))
-    bad_calls = sum(scan.bad_calls.values())
-    whole_calls = scan.tool_calls - scan.truncated_calls  # a call cut off by max_tokens is truncated, not invalid
-    if bad_calls and _share(bad_calls, whole_calls) > limits.max_bad_tool_call_share:
-        found.append(Finding("fail", f"{bad_calls:,} of {whole_calls:,} tool calls are invalid "
-                                     f"({', '.join(f'{k}: {v}' for k, v in scan.bad_calls.most_common())})"))
-    elif bad_calls:
-        found.append(Finding("warn", f"{bad_calls:,} tool call(s) are invalid"))
-    if scan.truncated_calls:
-        found.append(Finding("warn", f"{scan.truncated_calls:,} tool call(s) were cut off by max_tokens (finish_reason "
-                                     "length): counted as truncated, not invalid (client.export --drop-truncated "
-                                     "leaves them out)"))
-    if len(scan.models) > 1:
-        found.append(Finding("fail", "the results come from more than one model ("
-                                     + ", ".join(f"{m}: {c:,}" for m, c in scan.models.most_common())
-                                     + "); a run must come from one model"))
-    # A reply cut at its training window's room is what the trainer keeps anyway: not damage.
-    truncated = _share(scan.finish.get("length", 0) - scan.window_cuts, n)
-    if truncated > limits.warn_truncated_share:
-        found.append(Finding("warn", f"{truncated:.0%} of completions hit max_tokens (finish_reason length); "
-                                     "consider a larger cap"))
-    looping = loops.finding(scan.loops.summary(n, sum(scan.lengths)))
-    if looping:
-        found.append(Finding("warn", looping))
-    odd = {k: v for k, v in scan.finish.items() if k not in ("stop", "length", "tool_calls", loops.REPETITION)}
-    if odd:
-        found.append(Finding("warn", "unusual finish reasons: " + ", ".join(f"{k}: {v:,}" for k, v in odd.items())))
-    if scan.no_usage:
-        found.append(Finding("warn", f"{scan.no_usage:,} record(s) carry no usage.completion_tokens"))
-    without_ids = scan.records - scan.with_ids
-    if scan.with_ids and without_ids:
-        # A run whose servers give ids has a record without them: a server that stopped giving them, or a
-        # run resumed with other --token-ids. Those records cannot be exported exactly.
-        found.append(Finding("warn", f"{without_ids:,} of {scan.records:,} record(s) carry no token ids while "
-                                     f"{scan.with_ids:,} do; client.export re-renders them (--require-exact-ids "
-                                     "refuses the run)"))
-    if len(scan.samplings) > 1:
-        found.append(Finding("warn", mixed_settings(scan.sampling_mix())))
-    if scan.diverged:
-        found.append(Finding("warn", f"{scan.diverged:,} conversation(s) ended early where the regenerated tool "
-                                     "calls diverged from the source's"))
-    if scan.window_miscounts:
-        # The window's cap came from a count the server's own usage contradicts: replies were cut shorter
-        # than the trainer keeps (count too high) or ran past its window (too low).
-        found.append(Finding("fail", f"{scan.window_miscounts:,} record(s) were capped by a --train-window prompt "
-                                     "count that disagrees with their usage.prompt_tokens ("
-                                     f"{scan.window_miscount_examples[0]}): their max_tokens came from a wrong "
-                                     "count, so their cuts are not the window's. Check the server's tokenize route "
-                                     "(or --tokenizer), then regenerate them"))
-    if scan.conversation_events and scan.duplicate_events():
-        found.append(Finding("fail", f"{scan.duplicate_events():,} multi-turn event(s) were written more than once"))
-    if report.damaged:
-        found.append(Finding("fail", f"{len(report.damaged):,} S3 segment(s) are not the bytes their manifest lists "
-                                     f"({report.damaged[0]}): their records were not read and their ids count as "
-                                     "missing. Run client.run with the same --s3 again: it regenerates those ids "
-                                     "(and its own writer drops the damaged entries from its manifest)"))
-    if report.corrupt or report.torn_tails:
-        found.append(Finding("warn", f"{report.corrupt:,} unreadable line(s) and {report.torn_tails:,} torn "
-                                     "segment tail(s) were skipped"))
-    if ids is not None:
-        if ids.duplicated:
-            found.append(Finding("fail", f"{ids.duplicated:,} id(s) were written more than once "
-                                         f"({ids.duplicate_lines:,} extra line(s))"))
-        if ids.unknown:
-            found.append(Finding("fail", f"{ids.unknown:,} result id(s) are not in the prompt set; "
-                                         "are these the right --prompts?"))
-        if ids.edited:
-            found.append(Finding("warn", f"{ids.edited:,} done prompt(s) were edited after their result was written "
-                                         "(the prompt differs from the one the result answers, e.g. "
-                                         f"{'; '.join(ids.examples.get('edited', [])[:3])}): "
-                                         f"{ids.redo_advice}"))
-        if ids.invalid_prompts:
-            found.append(Finding("warn", f"{ids.invalid_prompts:,} line(s) of the prompt files are not valid records "
-                                         f"(e.g. {ids.examples['invalid_prompts'][0]}); the run skips them, so they "
-                                         "are not counted as missing: fix them and run again to have them generated"))
-        if ids.missing:
-            found.append(Finding("warn", f"incomplete: {ids.missing:,} of {ids.prompts:,} prompt id(s) have no result"))
-    return found
-
-
-# What to do about edited prompts. `client.run --redo-edited` rewrites local segments; an S3 run's segments
-# are uploaded and never rewritten, so there the edited prompts need ids of their own.
-LOCAL_REDO_ADVICE = "run client.run with --redo-edited to generate them again"
-S3_REDO_ADVICE = ("client.run --redo-edited rewrites local segments only, and an S3 run's segments are never "
-                  "rewritten: to generate the edited prompts again, give them new ids in the prompt file and run "
-                  "the same client.run --s3 command (the old results stay under the old ids)")
 
 
 def exit_code(findings: list[Finding], ids: IdCheck | None) -> int:
@@ -223,9 +98,9 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
             "tool_calls": round(scan.tool_tokens),
         },
         "stubs": {"pattern": scan.stub_pattern, "short": scan.short, "short_tokens": limits.short_tokens,
-                  "share": round(_share(max(scan.stub_pattern, scan.short), n), 4), "examples": scan.stub_examples},
+                  "share": round(share(max(scan.stub_pattern, scan.short), n), 4), "examples": scan.stub_examples},
         "reasoning": {"thinking_on": scan.thinking_on, "empty": scan.empty_reasoning,
-                      "empty_share": round(_share(scan.empty_reasoning, scan.thinking_on), 4)},
+                      "empty_share": round(share(scan.empty_reasoning, scan.thinking_on), 4)},
         "tool_calls": {"records_with_calls": scan.records_with_calls, "calls": scan.tool_calls,
                        "invalid": dict(scan.bad_calls), "examples": scan.bad_call_examples,
                        "truncated": scan.truncated_calls, "truncated_examples": scan.truncated_call_examples},
@@ -249,7 +124,7 @@ def render(data: dict[str, Any], console: Console) -> None:
     if ids is not None:
         table.add_row("exactly once", f"prompts {ids['prompts']:,}; missing {ids['missing']:,}, "
                                       f"duplicated {ids['duplicated']:,}, unknown {ids['unknown']:,}")
-    table.add_row("finish_reason", ", ".join(f"{k} {v:,} ({_share(v, n):.1%})" for k, v in
+    table.add_row("finish_reason", ", ".join(f"{k} {v:,} ({share(v, n):.1%})" for k, v in
                                              data["finish_reasons"].items()))
     if data["cut_by_train_window"]:
         table.add_row("train window", f"{data['cut_by_train_window']:,} of the length replies ended at their "
@@ -278,8 +153,8 @@ def render(data: dict[str, Any], console: Console) -> None:
     for column in ("endpoint", "records", "mean tokens", "stub-like", "truncated"):
         mix.add_column(column, justify="left" if column == "endpoint" else "right")
     for url, e in data["endpoints"].items():
-        mix.add_row(url, f"{e['records']:,}", f"{_share(e['tokens'], e['records']):.0f}",
-                    f"{_share(e['stubs'], e['records']):.1%}", f"{_share(e['truncated'], e['records']):.1%}")
+        mix.add_row(url, f"{e['records']:,}", f"{share(e['tokens'], e['records']):.0f}",
+                    f"{share(e['stubs'], e['records']):.1%}", f"{share(e['truncated'], e['records']):.1%}")
     console.print(mix)
     render_accept(data["accept_length"], console)
     shown = (("stub-like", stubs["examples"] if stubs["share"] > 0.01 else []),
