@@ -61,25 +61,32 @@ RULES = (
 )
 
 
-def stop_at(rule: Rule, text: str, chunk: int) -> int | None:
-    """Characters fed when the stream's detector fired, or None."""
+def stop_at(rule: Rule, text: str, chunk: int) -> tuple[int | None, str]:
+    """Characters fed when the stream's detector fired (or None), and the kind of loop it found."""
     detector = rule.detector()
     for i in range(0, len(text), chunk):
         found = detector.feed(text[i:i + chunk])
         if found is not None:
-            return min(len(text), i + chunk)
-    return None
+            return min(len(text), i + chunk), str(getattr(found, "kind", ""))
+    return None, ""
 
 
 @dataclass(frozen=True)
 class Outcome:
     case: Case
     stop: int | None  # characters fed when the stream stopped it
+    kind: str  # the kind of loop the stream found (the current rule's)
     audit: bool  # the whole-reply finder calls it a loop
+    audit_cut: bool  # ... or calls the reply a loop when it is cut somewhere (every 1,000 characters)
 
 
 def run(rule: Rule, cases: Sequence[Case], chunk: int) -> list[Outcome]:
-    return [Outcome(case, stop_at(rule, case.text, chunk), rule.audit(case.text) is not None) for case in cases]
+    outcomes = []
+    for case in cases:
+        stop, kind = stop_at(rule, case.text, chunk)
+        cut = any(rule.audit(case.text[:end]) is not None for end in range(1000, len(case.text), 1000))
+        outcomes.append(Outcome(case, stop, kind, rule.audit(case.text) is not None, cut))
+    return outcomes
 
 
 def _tokens(chars: float, per: float) -> float:
@@ -97,7 +104,8 @@ def summary(rule: Rule, good: list[Outcome], bad: list[Outcome], args: argparse.
     generated_window = [min(window, _tokens(o.stop, per)) if o.stop is not None else window for o in bad]
     saved_cap = 1 - sum(generated_cap) / (cap * len(bad))
     saved_window = 1 - sum(generated_window) / (window * len(bad))
-    return (f"| {rule.name} | {len(stopped)} of {len(good)} | {lost:,} | {sum(o.audit for o in good)} | "
+    return (f"| {rule.name} | {len(stopped)} of {len(good)} | {lost:,} | {sum(o.audit for o in good)} / "
+            f"{sum(o.audit or o.audit_cut for o in good)} | "
             f"{len(bad) - len(caught)} of {len(bad)} | {sum(not o.audit for o in bad)} | "
             f"{statistics.median(late):,.0f} ({min(late):,}-{max(late):,}) | "
             f"{statistics.median(_tokens(x, per) for x in late):,.0f} | "
@@ -116,6 +124,19 @@ def per_case(before: list[Outcome], after: list[Outcome], args: argparse.Namespa
         mark = " (issue)" if case.issue else ""
         lines.append(f"| {case.name}{mark} | {'loop' if case.loops else 'legitimate'} | {len(case.text):,} | "
                      f"{'' if start is None else f'{start:,}'} | {_where(old)} | {_where(new)} | {past} |")
+    return lines
+
+
+def by_kind(after: list[Outcome], args: argparse.Namespace) -> list[str]:
+    """The current rule's lateness per kind of loop."""
+    lines = ["| kind of loop (after) | loops | characters past the loop's start, median (range) "
+             "| tokens past the start, median |", "|---|---:|---:|---:|"]
+    for kind, what in (("exact", "prose, repeated exactly"), ("counter", "prose, its counters moving"),
+                       ("structured", "code or data, repeated exactly")):
+        late = [(o.stop or 0) - (o.case.loop_start or 0) for o in after if o.case.loops and o.kind == kind]
+        if late:
+            lines.append(f"| {what} | {len(late)} | {statistics.median(late):,.0f} ({min(late):,}-{max(late):,}) | "
+                         f"{_tokens(statistics.median(late), args.chars_per_token):,.0f} |")
     return lines
 
 
@@ -141,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"chunks of {args.chunk} characters, {args.chars_per_token:g} characters a token, max_tokens "
              f"{args.max_tokens:,}, window {args.window:,}", "",
              "| rule | legitimate replies stopped | characters they lose | audit: legitimate called loops "
+             "(whole / or cut anywhere) "
              "| loops missed | audit: loops missed | characters past the loop's start at the stop, median "
              "(range) | tokens past the start, median | tokens per loop, max_tokens run (saved) "
              "| tokens per loop, window run (saved) |",
@@ -150,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         good_out, bad_out = run(rule, good, args.chunk), run(rule, bad, args.chunk)
         outcomes.append(good_out + bad_out)
         lines.append(summary(rule, good_out, bad_out, args))
+    lines += ["", *by_kind(outcomes[1], args)]
     if args.cases:
         lines += ["", *per_case(outcomes[0], outcomes[1], args)]
     emit(lines, args.out)

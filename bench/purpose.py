@@ -1,11 +1,12 @@
-"""What the drafter's purpose saves: the same prompts three times on one simulated fleet.
+"""What the drafter's purpose saves: the same prompts four times on one simulated fleet.
 
     python -m bench.purpose [--prompts 400] [--servers 4] [--max-running 16] [--speed 400] [--window 4096]
         [--max-tokens 16384] [--loop-rate 0.03] [--tail-rate 0.3] [--gpus 8] [--seed 0] [--json]
 
 1. plain: `--loop-stop off`, no window (every reply until it stops or reaches --max-tokens);
-2. window: `--train-window N --loop-stop off`;
-3. window + loop stop: `--train-window N` (the loop stop is on by default).
+2. loop stop: no window, the loop stop on (the default);
+3. window: `--train-window N --loop-stop off`;
+4. window + loop stop: `--train-window N` (the loop stop is on by default).
 
 The fleet is `launch.sim` with a share of replies that loop until max_tokens (`--loop-rate`) and a heavy
 thinking tail (`--think-tail-rate`), both seeded, so the three runs get the same replies up to where each
@@ -35,7 +36,8 @@ sys.path.insert(0, str(REPO))
 from client.results.reader import iter_records  # noqa: E402
 from launch.sim.fleet import SimFleet, SimServerSpec  # noqa: E402
 
-RUNS = (("plain", ["--loop-stop", "off"]), ("window", ["--loop-stop", "off", "--train-window", "{window}"]),
+RUNS = (("plain", ["--loop-stop", "off"]), ("loop stop", []),
+        ("window", ["--loop-stop", "off", "--train-window", "{window}"]),
         ("window + loop stop", ["--train-window", "{window}"]))
 
 
