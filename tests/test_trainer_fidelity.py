@@ -183,3 +183,24 @@ def _parquet_ids(path: Path) -> set[str]:
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     return set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+
+
+def test_a_cut_reply_past_the_window_is_a_specforge_row(runs: dict[str, Path], tmp_path: Path) -> None:
+    """With the trainer's window, a reply cut by max_tokens whose row reaches `max_length` is kept: SpecForge
+    cuts the row there, before the tokens its template would add to close the reply. Every row written is
+    trained exactly on the server's first `max_length` tokens."""
+    window = 200
+    out = tmp_path / "windowed.jsonl"
+    report = export(runs["last"], out, "specforge", "--max-length", str(window))
+    assert report["written"] and report["template"]["mismatched"] == 0, report["stderr"][-3000:]
+    records = read_results(runs["last"])
+    reaching = [r for r in records if r["finish_reason"] == "length"
+                and len(r["prompt_token_ids"]) + len(r["completion_token_ids"]) >= window]
+    assert reaching, "some cut replies reach the window"
+    written = {line["id"] for line in _written(out)}
+    unsupervised = {r["id"] for r in records if len(r["prompt_token_ids"]) >= window - 1}  # dropped by the window
+    assert {r["id"] for r in reaching} <= written | unsupervised
+    trained = specforge_conversations(out, tiny_tokenizer_dir(), window)
+    cut_server = {rid: (ids[:window], mask[:window]) for rid, (ids, mask) in server_rows(runs["last"]).items()}
+    tok = ChatTokenizer.load(tiny_tokenizer_dir())
+    assert judge(trained, {rid: row for rid, row in cut_server.items() if rid in written}, tok) == []

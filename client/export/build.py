@@ -20,7 +20,7 @@ from typing import Any
 from client.core.ids import id_hash
 from client.export import fidelity
 from client.export.formats import DEFAULT_FORMAT, FORMATS
-from client.export.render import ChatTokenizer, RenderError, has_exact_ids, render_record
+from client.export.render import ChatTokenizer, RenderError, Tokens, has_exact_ids, render_record
 from client.export.rows import ENDED_BY_ITSELF, Conversations, Sample, Turn, Window
 from client.export.writers import open_writer
 from client.results.reader import ReadReport, iter_records
@@ -147,13 +147,6 @@ class _Pass:
         if options.drop_truncated and finish == "length":
             report.dropped_truncated += 1
             return
-        if self.format.rerendered and finish not in ENDED_BY_ITSELF:
-            # SpecForge's template closes every assistant turn (`</think>`, `<|im_end|>`) and parses tool-call
-            # arguments or renders `{}`: a reply cut short would be trained on tokens the model never wrote.
-            report.unreproducible += 1
-            report.note("not ended by itself", where, f"finish_reason {finish!r}: SpecForge would close the reply with "
-                        "tokens the model never generated; left out of specforge rows (the tokenized formats keep it)")
-            return
         if options.require_exact and not has_exact_ids(record):
             report.without_ids += 1
             report.note("no server token ids", where, "would be re-rendered (--require-exact-ids)")
@@ -163,6 +156,14 @@ class _Pass:
         except RenderError as exc:
             report.failed += 1
             report.note("render failed", where, str(exc))
+            return
+        if self.format.rerendered and finish not in ENDED_BY_ITSELF and not self._past_window(tokens):
+            # SpecForge's template closes every assistant turn (`</think>`, `<|im_end|>`) and parses tool-call
+            # arguments or renders `{}`: a reply cut short would be trained on tokens the model never wrote,
+            # unless the trainer's own max_length cuts the row before them.
+            report.unreproducible += 1
+            report.note("not ended by itself", where, f"finish_reason {finish!r}: SpecForge would close the reply with "
+                        "tokens the model never generated; left out of specforge rows (the tokenized formats keep it)")
             return
         problems = _check(record, tokens.prompt, tokens.completion)
         for kind, detail in problems:
@@ -182,6 +183,13 @@ class _Pass:
             if sample is not None:
                 self.emit(sample)
 
+    def _past_window(self, tokens: Tokens) -> bool:
+        """The row reaches the trainer's window, which cuts it at --max-length: whatever the template adds
+        after the reply's last token is cut away with the rest."""
+        window = self.options.window
+        return (window.max_length is not None and window.over == "cut"
+                and len(tokens.prompt) + len(tokens.completion) >= window.max_length)
+
     def _checked(self, sample: Sample) -> Sample | None:
         """The sample with the tools in the form the trainer must get, or None when the trainer renders it
         differently from the server's ids and the export leaves it out."""
@@ -189,7 +197,9 @@ class _Pass:
         if not (self.checking and has_exact_ids(turn.record)):
             report.template.unchecked += 1
             return sample
-        verdict = fidelity.check(sample, self.tok, train_only_last_turn=self.options.train_only_last_turn)
+        window = self.options.window
+        verdict = fidelity.check(sample, self.tok, train_only_last_turn=self.options.train_only_last_turn,
+                                 max_length=window.max_length if window.over == "cut" else None)
         report.template.add(turn.where, turn.record, verdict)
         if verdict.matched:
             return replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=verdict.tools)))

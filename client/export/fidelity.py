@@ -81,14 +81,16 @@ def _verdict_for(server: list[int], prompt_length: int, row: TrainerRow, ends_tu
     return -1, ""
 
 
-def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = False) -> Verdict:
+def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = False,
+          max_length: int | None = None) -> Verdict:
     """Compare what SpecForge trains on for `sample`'s `specforge` row with the server's exact ids of its
     last turn (which must have them): the tokens must begin with the server's, the loss mask must be 0 on
     the prompt and 1 on every generated token, and nothing past the reply may be supervised unless the
-    model ended its turn there (the newline the template writes after the end-of-turn token)."""
+    model ended its turn there (the newline the template writes after the end-of-turn token). With the
+    trainer's `max_length`, both sides are what the trainer keeps: their first `max_length` tokens."""
     turn = sample.last
     record = turn.record
-    server = [*turn.prompt, *turn.completion]
+    server = [*turn.prompt, *turn.completion][:max_length]
     recorded = record.get("tools") or None
     forms: list[list[dict[str, Any]] | None] = [recorded]
     if recorded:
@@ -98,10 +100,11 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
     for tools in forms:
         line = specforge_line(replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=tools))))
         try:
-            row = trainer_row(tok, line["conversations"], tools, train_only_last_turn=train_only_last_turn)
+            row = trainer_row(tok, line["conversations"], tools, max_length=max_length,
+                              train_only_last_turn=train_only_last_turn)
         except RenderError as exc:
             return Verdict(False, recorded, error=str(exc))
-        position, why = _verdict_for(server, len(turn.prompt), row, ends_turn)
+        position, why = _verdict_for(server, min(len(turn.prompt), len(server)), row, ends_turn)
         if position < 0:
             return Verdict(True, tools)
         if row.emptied_arguments:
