@@ -9,8 +9,9 @@ Per record (pure arithmetic):
 - Loop stop. A reply loops when its reasoning + content ends in one block repeated (client.core.repetition's
   text rule, as the audit reads it), or when a loop stop already ended it (finish_reason "repetition"). The
   loop starts `span` characters before the end. A stream's detector checks every `check_every` characters and
-  fires at the first check once the tail holds the repeats the rule needs, max(min_repeats x block, min_span)
-  characters of them; the check lands on average half a check interval later. The characters after that
+  fires at the first check once the tail holds the repeats the rule needs, max(min_repeats x block, the floor
+  of the loop's kind: min_span, counter_span or structured_span) characters of them; the check lands on
+  average half a check interval later. The characters after that
   point would not be generated; they count in tokens at the record's own rate (completion tokens over the
   characters of reasoning + content). A reply a loop stop already ended saves nothing more.
 - Both. The loop stop shortens the reply, then the window caps what is left: L - min(L - loop, max(0, N - P)).
