@@ -3,9 +3,9 @@
 A thinking model that loops (Qwen3's repetition failure) writes the same passage again and again until
 max_tokens: the most expensive reply there is, and worth nothing. But code, SQL, CSV, JSON arrays, tables,
 base64 and ASCII art repeat by nature, often differing only in their numbers, and a coding agent's data is
-full of them. Stopping a good reply is silent damage (it is kept cut, never retried); stopping a loop late
-costs at most the training window's room. So the rule errs late, never early. This module owns the test,
-pure and incremental so a stream can run it on every chunk:
+full of them. Stopping a good reply is silent damage (it is kept cut, never retried, and an export drops
+it as a loop); stopping a loop late costs at most the training window's room. So the rule errs late, never
+early. This module owns the test, pure and incremental so a stream can run it on every chunk:
 
 - `RepetitionDetector` is fed a reply's text chunk by chunk (reasoning, then content), and
   `TokenRepetitionDetector` its token ids; `feed` returns a `Repetition` once the tail is one block
@@ -26,7 +26,10 @@ what the block is:
 - anything else (code, SQL, CSV, JSON, tables, logs, base64, runs of zeros, ASCII boxes), repeated exactly:
   `structured_span`, 32,768, i.e. the whole window is one block over and over. Repeats of structured text
   that differ in their counters never count: a table of 10,000 days looks like one row repeated with its
-  digits changed, and so does a model that writes such rows forever; the window caps that one.
+  digits changed, and so does a model that writes such rows forever; the window or max_tokens caps that one.
+
+Not found, then: structured text that repeats with moving counters, a block longer than `max_block`, and a
+loop that changes more than its counters from one repeat to the next.
 
 Why: the issue's false stops were all structured text whose rows differ only in numbers (100 SQL INSERTs,
 150 JSON objects with ids, a 60-day table), caught by reading digits as 0; and runs of zeros, zero-byte
@@ -39,15 +42,21 @@ than with the old 2,048-character floor (bench.loop_precision has the figures), 
 
 How a check finds the period: a loop's block ends the same way each time, so the tail's last 16 units occur
 again one period back. Each earlier occurrence within `max_block` (`rfind`, nearest first) is a candidate
-period p. Its 64-unit suffix, then its last two blocks, then spans growing fourfold up to the floor are
-compared with themselves shifted by p (slice comparisons, stopping at the first that differs), and all
-candidates of a check together compare at most a few windows' worth of units. The block is classified only
-once it repeats exactly over `min_span`, or when the counter test runs: a prose block whose last quarter
-matches the block before it has its last three blocks normalised (every counter read as "#", words as
-tokens), and only if those repeat is the whole `counter_span` normalised and compared. Only the last
-`max_block` + 16 units are kept as one string for the search; the window is joined only when there is a
-candidate. Token ids are packed as 4-byte words and compared exactly (they are not classified: the token
-rule is `min_span` for every block), so both kinds run on C-level `rfind` and comparison.
+period p. Its 64-unit suffix, then as much at the far end of the span (a run shorter than the floor fails
+there at once), then spans growing fourfold from the end up to the floor are compared with themselves
+shifted by p (slice comparisons, stopping at the first that differs); all candidates of a check together
+compare at most a few windows' worth of units, and a stream remembers per period where its text is known
+not to repeat, so a span that holds such a break is not compared again. The block is classified only once
+it repeats exactly over `min_span`, or for the counter test: a prose block two of whose last four quarters
+occur one period back (give or take a counter's change of length) has its last three blocks normalised
+(words and marks as tokens, every counter as "#"); if they repeat, so must three blocks 2, 4, 8, ... blocks
+back, and only then is the whole `counter_span` normalised and compared. A stream keeps the last
+`max_block` + 64 units as one string and searches its key over the nearest 1,024 units (over all of
+`max_block` every 4th check, so a longer block is found up to three checks later), and again 48 units
+back, in case the last 16 held a counter; the whole-reply finder tries five key positions. The window is
+joined only when a search finds a candidate. Token ids are packed as 4-byte words and compared exactly
+(they are not classified: the token rule is `min_span` for every block), so both kinds run on C-level
+`rfind` and comparison. bench.repetition has the cost per chunk, bench.loop_precision the precision.
 """
 
 from __future__ import annotations
@@ -93,7 +102,8 @@ class RepetitionRule:
     min_span: int = 8192  # units of exact repetition of a prose block (for ids: of any block), at least
     counter_span: int = 16384  # units of a prose block repeated with its counters changing; 0: never a loop
     structured_span: int = 32768  # units of exact repetition of a block that is not prose; 0: never a loop
-    check_every: int = 1024  # new units between two checks: a loop is found at most this late
+    check_every: int = 1024  # new units between two checks: a loop is found this late at most (a block
+    # over 1,024 units: 4 checks)
 
     def __post_init__(self) -> None:
         for name in ("max_block", "min_repeats", "min_span", "check_every"):
