@@ -1,7 +1,9 @@
 """The loop stop (`--loop-stop on`, the default): a reply whose tail repeats one block is ended by the client
-within a few thousand characters, kept with finish_reason `repetition`, and its server slot is freed; a
-varied long reply is never stopped. The parser is tested on recorded event bytes, the endpoint and the run
-against the simulator with `--loop-rate` (launch/sim), over real sockets."""
+once the repeats cover the rule's floor (8,192 characters of prose, 16,384 when a counter moves), kept with
+finish_reason `repetition`, and its server slot is freed; a varied long reply, or a long table of numbers,
+is never stopped (tests/test_loop_precision.py holds the rule to a labelled corpus). The parser is tested
+on recorded event bytes, the endpoint and the run against the simulator with `--loop-rate` (launch/sim),
+over real sockets."""
 
 from __future__ import annotations
 
