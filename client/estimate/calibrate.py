@@ -4,7 +4,8 @@ The same open_fleet, Swarm, PromptSource and ResultSink as `client.run`, so the 
 sent, balanced, retried and written exactly as the full run would be, and its results in `--out` are
 ordinary segments (`client.audit` and `--from-results` read them). The dispatcher fills every server
 to its reported capacity plus a small queue, which is what keeps the fleet saturated while the sample
-lasts; `max_in_flight` only caps the connection pools and defaults high for that reason.
+lasts; `max_in_flight` only caps the connection pools and defaults high for that reason. The GPUs the
+servers name in `/v1/loads` (kind and count) are kept for the projection onto other GPUs.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class CalibrationRun:
     failed: int
     elapsed_s: float
     interrupted: bool
+    accelerators: tuple[str, ...] = ()  # the devices the servers' /v1/loads name (client.fleet.device)
+    server_gpus: int | None = None  # their GPUs, when every server says how many
 
 
 def _note(line: str) -> None:
@@ -50,6 +53,10 @@ async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Pat
         stats.track(len(fleet.endpoints))
         await fleet.dispatcher.prime()
         slots = sum(fleet.dispatcher.capacity(e.index) for e in fleet.endpoints)
+        live = fleet.dispatcher.live()
+        accelerators = tuple(sorted({e.accelerator for e in live if e.accelerator}))
+        counts = [e.gpus for e in live]
+        server_gpus = sum(c for c in counts if c) if counts and all(counts) else None
         sample_path, size = make_sample(slots)
         if size < 2 * slots:
             _note(f"warning: a sample of {size:,} cannot keep {slots} decode slots busy for long; the throughput "
@@ -73,4 +80,4 @@ async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Pat
         if outcome.fatal is not None:
             raise outcome.fatal
         return CalibrationRun(fleet.model, slots, size, stats.done, stats.failed, time.monotonic() - started,
-                              outcome.interrupted)
+                              outcome.interrupted, accelerators, server_gpus)

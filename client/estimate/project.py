@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from client.estimate.hardware import HardwareProjection
 from client.estimate.measure import Measurements, StratumSample
 from client.estimate.model import (
     Interval,
@@ -78,6 +79,7 @@ class Projection:
     gpu_rows: tuple[GpuRow, ...]
     warnings: tuple[str, ...]
     purpose: tuple[Purpose, ...] = ()  # per target: the trainer's window, loops, and what stopping them saves
+    hardware: HardwareProjection | None = None  # other GPU kinds and counts (client.estimate.hardware): a model
 
 
 # (stratum, prompts in the target, the lengths that stand for it, its measured sums if it was sampled)
@@ -153,6 +155,12 @@ def _target(label: str, counts: dict[str, int], found: Measurements, rate: Throu
         tail_s=tail, wall_s=interval(wall, walls), gpu_hours=interval(wall * hours, [w * hours for w in walls]),
     )
     return target, rows
+
+
+def set_lengths(counts: dict[str, int], found: Measurements) -> tuple[list[int], list[float]]:
+    """The sampled lengths and their weights (each stratum's true count over its sample size), as the tail
+    simulation draws them for a set of `counts` prompts per stratum."""
+    return _weights(_lengths_for(counts, found, []))
 
 
 def default_caps(current: int | None, longest: int) -> tuple[int, ...]:

@@ -1,5 +1,6 @@
 """The estimate as a person reads it: rich tables of the sample, the throughput, the projection and
-the what-ifs, and what the trainer would not use. Reads plain data only (the `info` dict and the frozen Projection)."""
+the what-ifs, the projection onto other GPUs (each row labelled a model), and what the trainer would not
+use. Reads plain data only (the `info` dict and the frozen Projection)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from client.core.durations import format_duration
+from client.estimate.hardware import HardwareProjection
 from client.estimate.model import Interval
 from client.estimate.project import Projection
 from client.estimate.purpose import Purpose
@@ -40,7 +42,15 @@ def _optional(value: float | None, fmt: str = "{:,.0f}") -> str:
 
 def render(info: dict[str, Any], projection: Projection | None, console: Console) -> None:
     mode = info.get("mode")
-    head = f"{info['prompts']:,} prompts in {len(info['strata'])} strata; {info['measured']:,} results measured"
+    simulated = info.get("simulated")
+    if simulated:
+        console.print(f"[yellow]simulated fleet: {simulated['servers']} simulated server(s) at --sim-speed "
+                      f"{simulated['speed']:g}; the throughput and times below are the simulated GPU's (the measured "
+                      f"rate divided by {simulated['speed']:g}), not a real GPU's, and the lengths the "
+                      "simulator's[/yellow]")
+    size = (f"{info['prompts']:,} prompts (--set-size, shaped like the {info['prompts_in_files']:,} in --prompts)"
+            if info.get("set_size") else f"{info['prompts']:,} prompts")
+    head = f"{size} in {len(info['strata'])} strata; {info['measured']:,} results measured"
     if mode == "calibration":
         head += (f" from a calibration sample of {info['sample_size']:,} ({info['failed']} failed) in "
                  f"{duration(info['elapsed_s'])}; results in {info['out']}")
@@ -80,7 +90,9 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     console.print(f"sustained throughput {rate.tokens_per_s:,.0f} output tok/s, measured over {rate.window_s:.1f}s "
                   f"of {rate.span_s:.1f}s while the fleet was saturated: {rate.concurrency:.1f} requests decoding "
                   f"on average, {rate.per_slot:,.1f} tok/s each")
-    gpus = f"{plan['gpus']} GPU(s)" + (" (assumed one per endpoint; pass --gpus)" if plan["gpus_assumed"] else "")
+    gpus = f"{plan['gpus']} GPU(s)" + (" (assumed one per endpoint; pass --gpus)" if plan["gpus_assumed"]
+                                       else " (as the servers report them)" if info.get("gpus_from") == "servers"
+                                       else "")
     table = Table(title=f"Projection on {gpus}, max_tokens {plan['max_tokens']} (90% intervals)",
                   title_justify="left")
     for column in ("target", "prompts", "output tokens", "wall time", "GPU-hours", "reasoning / content / tools",
@@ -110,9 +122,39 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     for gpu_row in projection.gpu_rows:
         fleet.add_row(str(gpu_row.gpus), duration(gpu_row.wall_s), _hours(gpu_row.gpu_hours))
     console.print(fleet)
+    _hardware(projection.hardware, console)
+    for note in info.get("hardware_notes", []):
+        console.print(f"[yellow]note:[/yellow] {note}")
     _purpose(projection, console)
     for warning in projection.warnings:
         console.print(f"[yellow]note:[/yellow] {warning}")
+
+
+def _hardware(found: HardwareProjection | None, console: Console) -> None:
+    if found is None:
+        return
+    measured, model = found.measured, found.model
+    table = Table(title=f"On other GPUs: a MODEL from public figures, not a measurement. Measured on "
+                        f"{measured['gpus']}x {measured['name']} (kind from {measured['from']}): "
+                        f"{measured['tokens_per_s_per_gpu']:,.0f} output tok/s per GPU", title_justify="left")
+    for column in ("GPUs", "per-GPU ratio (bandwidth; range)", "output tok/s", "wall time", "GPU-hours", "row"):
+        table.add_column(column, justify="left" if column in ("GPUs", "row") else "right")
+    for row in found.rows:
+        where = f"{row.gpus}x {row.name}"
+        if row.ratio is None or row.wall_s is None or row.gpu_hours is None or row.tokens_per_s is None:
+            table.add_row(where, "-", "-", "-", "-", f"does not fit one GPU ({model['weights_gb']:.0f} GB of weights)")
+            continue
+        ratio = row.ratio
+        table.add_row(where, f"{ratio.point:.2f}  [{ratio.low:.2f} .. {ratio.high:.2f}]",
+                      _span(row.tokens_per_s, lambda x: f"{x:,.0f}"), _span(row.wall_s, duration),
+                      _span(row.gpu_hours, _hours), "measured kind, by count" if row.measured_kind else "model")
+    console.print(table)
+    weights = "unknown" if model["weights_gb"] is None else f"{model['weights_gb']:.1f} GB"
+    console.print(f"model inputs: per-GPU memory bandwidth and dense {model['precision'].upper()} compute and memory "
+                  f"from {model['table']} (sources there and in --json); weights {weights} ({model['precision']}), "
+                  f"mem-fraction-static {model['mem_fraction_static']}. The range runs from the lower of the bandwidth "
+                  "and compute ratios (times the KV cache's room, where smaller) to the higher, and includes the "
+                  "sample's 90% interval of the tokens")
 
 
 def _share(value: Interval) -> str:

@@ -44,6 +44,20 @@ class Census:
         return sum(self.strata.values())
 
 
+def scale_counts(strata: dict[str, int], size: int) -> dict[str, int]:
+    """The strata of a set of `size` prompts shaped like `strata` (largest remainder): --set-size projects
+    a set of that many prompts from a file that holds a sample of it."""
+    total = sum(strata.values())
+    if total == 0:
+        return dict.fromkeys(strata, 0)
+    exact = {name: size * count / total for name, count in strata.items()}
+    scaled = {name: int(value) for name, value in exact.items()}
+    order = sorted(strata, key=lambda name: exact[name] - scaled[name], reverse=True)
+    for name in order[:size - sum(scaled.values())]:
+        scaled[name] += 1
+    return scaled
+
+
 def _source(paths: Iterable[Path], on_problem: Callable[[LineProblem], None] | None = None) -> PromptSource:
     return PromptSource(list(paths), set(), on_problem=on_problem)
 
