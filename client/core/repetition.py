@@ -83,7 +83,7 @@ _WHOLE_CUTS = (0, 16, 32, _SHIFT, 64)
 _NEAR = 1024  # units a stream's check searches its key over, but every _FAR_EVERY-th
 _FAR_EVERY = 4  # a stream's check searches over all of max_block this often
 _COUNTER_TESTS = 1  # counter tests a key's candidates may run
-_BREAKS = 4096  # periods whose break a stream remembers (then it forgets them all)
+_BREAKS = 1024  # periods whose break a stream remembers (then it forgets them all: memory stays small)
 _KNOWN = 16  # candidates with a known break a check passes over before it gives up
 # Keys of the known breaks: p for exact repeats, -q for a normalised period, _BY_BLOCK - p for the counter
 # test of a block of p characters.
