@@ -9,7 +9,6 @@ digest was recorded cannot be told apart and are counted as unchecked. Everythin
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,8 @@ import orjson
 
 from client.core.ids import line_id
 from client.core.records import prompt_sha256
-from client.local.ledger import write_ids
 from client.local.prompt_files import prompt_lines
+from client.local.segment_rewrite import rewrite_segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,34 +103,6 @@ def find_edited(prompt_paths: Iterable[Path], segments_dir: Path) -> EditedScan:
     return scan
 
 
-def _rewrite(segment: Path, drop: Callable[[bytes], bool]) -> list[str]:
-    """`segment` without the lines `drop` picks (a temporary file, fsync, rename; the id sidecar after).
-    Returns the ids of the dropped lines."""
-    dropped: list[str] = []
-    kept_ids: list[str] = []
-    temporary = segment.with_suffix(".jsonl.tmp")
-    with segment.open("rb") as source, temporary.open("wb") as target:
-        for line in source:
-            line_key = line_id(line)
-            if drop(line):
-                if line_key is not None:
-                    dropped.append(line_key)
-                continue
-            target.write(line)
-            if line_key is not None:
-                kept_ids.append(line_key)
-        target.flush()
-        os.fsync(target.fileno())
-    if not dropped:
-        temporary.unlink()
-        return []
-    ids_path = segment.with_suffix(".ids")
-    ids_path.unlink(missing_ok=True)  # if this is cut short, the next start rebuilds the sidecar
-    os.replace(temporary, segment)
-    write_ids(ids_path, kept_ids)
-    return dropped
-
-
 def drop_results(segments_dir: Path, prompt_ids: set[str]) -> list[str]:
     """Take the results of `prompt_ids` out of the local segments; returns the result ids dropped."""
     def answers_one(line: bytes) -> bool:
@@ -143,5 +114,5 @@ def drop_results(segments_dir: Path, prompt_ids: set[str]) -> list[str]:
 
     dropped: list[str] = []
     for segment in sorted(segments_dir.glob("*.jsonl")) if segments_dir.is_dir() else []:
-        dropped.extend(_rewrite(segment, answers_one))
+        dropped.extend(rewrite_segment(segment, answers_one).dropped)
     return dropped

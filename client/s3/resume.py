@@ -36,7 +36,8 @@ import orjson
 
 from client.core.errors import ConfigError
 from client.core.ids import line_id
-from client.local.ledger import read_ids, write_ids
+from client.local.ledger import read_ids
+from client.local.segment_rewrite import rewrite_segment
 from client.s3.lease import check_lease, check_same_shard, check_shard_counts, machine_id
 from client.s3.manifest import MANIFESTS_PREFIX, SEGMENTS_PREFIX, Manifest, SegmentEntry, decode_ids, listed_problem
 from client.s3.segment_upload import NOT_IMPLEMENTED, PendingSegment
@@ -157,30 +158,9 @@ def pending_from_disk(path: Path) -> PendingSegment:
 
 
 def drop_ids(segment: PendingSegment, drop: set[str]) -> PendingSegment | None:
-    """Rewrite a never-uploaded segment without the lines of `drop`; None when nothing is left.
-
-    The sidecar goes first: if this is cut short, the next start rescans the segment and rebuilds it.
-    """
-    segment.ids_path.unlink(missing_ok=True)
-    kept_ids: list[str] = []
-    temporary = segment.path.with_suffix(".jsonl.tmp")
-    with segment.path.open("rb") as source, temporary.open("wb") as target:
-        for line in source:
-            prompt_id = line_id(line)
-            if prompt_id in drop:
-                continue
-            target.write(line)
-            if prompt_id is not None:
-                kept_ids.append(prompt_id)
-        target.flush()
-        os.fsync(target.fileno())
-    if not kept_ids:
-        temporary.unlink()
-        segment.path.unlink()
-        return None
-    os.replace(temporary, segment.path)
-    write_ids(segment.ids_path, kept_ids)
-    return pending_from_disk(segment.path)
+    """Rewrite a never-uploaded segment without the lines of `drop`; None when nothing is left."""
+    done = rewrite_segment(segment.path, lambda line: line_id(line) in drop, remove_if_empty=True)
+    return None if done.removed else pending_from_disk(segment.path)
 
 
 def _local_state(segments_dir: Path, uploaded: set[str]) -> tuple[list[Path], dict[PendingSegment, set[str]]]:
