@@ -9,8 +9,9 @@ other traffic on a shared server.
 
 The ETA is client.core.eta's rule. Its inputs are kept here: the lengths of the replies seen (this run's,
 and on a resume the records already done, `seed_lengths`), the requests in flight (`begin_attempt` /
-`end_attempt`, with their start times) and the pace of one request (the streamed rate over the short
-window divided by the mean number of requests in flight over it). What each request in flight has
+`end_attempt`, with their start times) and the pace of one request (the streamed rate over the last
+5 s divided by the mean number of requests in flight over them: short, since a thinning batch decodes
+faster). What each request in flight has
 streamed is not counted per request: the tokens streamed and not yet written are shared among them in
 proportion to how long each has run (they decode in the same batches). GPU-hours use `--gpus`, else the
 GPUs the servers report (`/v1/loads` num_accelerators, client.fleet.device) when every server reports.
@@ -167,6 +168,7 @@ class RunStats:
 
     gpus: int | None = None
     short_window_s: float = 15.0
+    pace_window_s: float = 5.0  # the ETA's pace of one request: short, since a thinning batch decodes faster
     long_window_s: float = 300.0
     clock: Callable[[], float] = time.monotonic
     started: float | None = None  # clock() at construction unless given
@@ -195,7 +197,7 @@ class RunStats:
     _attempt_ids: itertools.count[int] = field(default_factory=itertools.count)
     _busy_s: float = 0.0  # integral of the requests in flight over time (request-seconds)
     _busy_at: float | None = None
-    _busy_short: float | None = None  # mean requests in flight over the short window, at the last snapshot
+    _pace: float | None = None  # output tok/s of one request in flight over the pace window, at the last snapshot
 
     def __post_init__(self) -> None:
         if self.started is None:
@@ -286,13 +288,16 @@ class RunStats:
         self._streamed.sample(now, streamed)
         self._server.sample(now, generated)
         short = self._streamed.rates(now, streamed, self.short_window_s)
-        self._busy_short = short.pop()
+        short.pop()
         long = self._streamed.rates(now, streamed, self.long_window_s)
         long.pop()
+        recent = self._streamed.rates(now, streamed, self.pace_window_s)
+        busy = recent.pop() or 0.0
+        tokens = sum(r or 0.0 for r in recent)
+        self._pace = tokens / busy if busy > 0 and tokens > 0 else None
         return short, long, self._server.rates(now, generated, self.short_window_s, from_zero=False)
 
-    def _eta(self, now: float, remaining: int | None, waiting: int, streamed: int,
-             short_rate: float) -> EtaParts | None:
+    def _eta(self, now: float, remaining: int | None, streamed: int) -> EtaParts | None:
         """client.core.eta's rule on this run's figures (see the module docstring)."""
         if remaining is None:
             return None
@@ -301,9 +306,7 @@ class RunStats:
         unwritten = max(0, streamed - self.completion_tokens)
         total_age = sum(ages)
         shares = [unwritten * age / total_age if total_age > 0 else 0.0 for age in ages]
-        busy = self._busy_short or 0.0
-        pace = short_rate / busy if busy > 0 and short_rate > 0 else None
-        return eta(unsent=max(0, remaining - len(starts)), in_flight=shares, lengths=self.lengths, pace=pace,
+        return eta(unsent=max(0, remaining - len(starts)), in_flight=shares, lengths=self.lengths, pace=self._pace,
                    prior_mean=self.expected_tokens_per_prompt, max_tokens=self.max_tokens)
 
     def _gpus(self, fleet: Sequence[EndpointLive]) -> tuple[int | None, str | None]:
@@ -324,7 +327,7 @@ class RunStats:
         streamed = sum(e.streamed_tokens for e in fleet)
         tokens_long = sum(r or 0.0 for r in long_rates)
         tokens_short = sum(r or 0.0 for r in short_rates)
-        parts = self._eta(now, remaining, len(self._waits), streamed, tokens_short)
+        parts = self._eta(now, remaining, streamed)
         eta_s = None if parts is None else parts.seconds
         gpus, gpus_source = self._gpus(fleet)
         gpu_hours = None if not gpus or eta_s is None else gpus * (elapsed + eta_s) / 3600.0
