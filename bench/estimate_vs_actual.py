@@ -1,14 +1,22 @@
-"""Estimate from a small sample, then run the whole set, on the same simulated fleet: how close is it?
+"""Estimate from a small sample, then run the whole set, on the same simulated fleet: how close is it? And
+how true is the run's ETA over the last 20% of a run, before and after client.core.eta's rule?
 
-    python bench/estimate_vs_actual.py [--prompts 20000] [--sample 2%] [--servers 2] [--max-running 16]
-        [--speed 10] [--tokens-per-chunk 8] [--mean-tokens 100] [--max-tokens 300] [--seed 0] [--json]
+    python bench/estimate_vs_actual.py [--part estimate|eta|both] [--prompts 20000] [--sample 2%] [--servers 2]
+        [--max-running 16] [--speed 10] [--tokens-per-chunk 8] [--mean-tokens 100] [--max-tokens 300]
+        [--eta-prompts 1500] [--eta-mean-tokens 150] [--eta-max-tokens 2000] [--seed 0] [--json]
 
-Both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then `client.run`) on
-one fleet of `launch.sim` servers. The actual wall time is the span of the full run's results, from
-the first request sent to the last result written (client start-up excluded, as in the projection).
-Prints a table, or JSON with --json. The output lengths of the simulated servers are heavy-tailed
-and deterministic in the request, so the error of the estimate comes from the sample and the
-throughput measurement only.
+Estimate: both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then
+`client.run`) on one fleet of `launch.sim` servers. The actual wall time is the span of the full run's
+results, from the first request sent to the last result written (client start-up excluded, as in the
+projection). The output lengths of the simulated servers are heavy-tailed and deterministic in the
+request, so the error of the estimate comes from the sample and the throughput measurement only.
+
+ETA (bench/eta_tail.py): one `client.run` in this process on its own simulated fleet (longer, heavier-
+tailed replies, so the tail is a real part of the run), with a companion that reads the run's stats
+snapshot four times a second and computes, from the same snapshot, the ETA of the rule before (the tokens
+still expected over the 5-minute rate, less what the requests in flight had streamed) and after
+(client.core.eta). Both are compared with the time the run actually still took, as ratios
+predicted / actual, over the samples of the last 20% of the run. Prints tables, or JSON with --json.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
+from bench.eta_tail import eta_tail, print_eta  # noqa: E402
 from client.results.reader import iter_records  # noqa: E402
 from launch.sim.fleet import SimFleet, SimServerSpec  # noqa: E402
 
@@ -142,6 +151,10 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=["estimate", "eta", "both"], default="both")
+    parser.add_argument("--eta-prompts", type=int, default=1_500)
+    parser.add_argument("--eta-mean-tokens", type=int, default=150)
+    parser.add_argument("--eta-max-tokens", type=int, default=2_000)
     parser.add_argument("--prompts", type=int, default=20_000)
     parser.add_argument("--sample", default="2%")
     parser.add_argument("--servers", type=int, default=2)
@@ -153,23 +166,43 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    report: dict[str, Any] = {}
+    if args.part in ("estimate", "both"):
+        report["estimate"] = estimate_part(args)
+    if args.part in ("eta", "both"):
+        spec = SimServerSpec(max_running=args.max_running, speed=args.speed,
+                             extra_args=("--mean-tokens", str(args.eta_mean_tokens), "--log-level", "warning"))
+        with tempfile.TemporaryDirectory(prefix="eta-bench-") as tmp, \
+                SimFleet([spec] * args.servers, seed=args.seed, log_dir=Path(tmp) / "sim-logs") as fleet:
+            report["eta"] = eta_tail(Path(tmp), fleet.urls, prompts=args.eta_prompts,
+                                     max_tokens=args.eta_max_tokens)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    if "estimate" in report:
+        print_estimate(report["estimate"], args.seed)
+    if "eta" in report:
+        print_eta(report["eta"])
+    return 0
+
+
+def estimate_part(args: argparse.Namespace) -> dict[str, Any]:
     spec = sim_spec(max_running=args.max_running, speed=args.speed, tokens_per_chunk=args.tokens_per_chunk,
                     mean_tokens=args.mean_tokens)
     with tempfile.TemporaryDirectory(prefix="estimate-bench-") as tmp, \
             SimFleet([spec] * args.servers, seed=args.seed, log_dir=Path(tmp) / "sim-logs") as fleet:
-        row = compare(Path(tmp), fleet.urls, prompts=args.prompts, sample=args.sample, max_tokens=args.max_tokens,
-                      seed=args.seed)
-    if args.json:
-        print(json.dumps(row, indent=2))
-        return 0
+        return compare(Path(tmp), fleet.urls, prompts=args.prompts, sample=args.sample, max_tokens=args.max_tokens,
+                       seed=args.seed)
+
+
+def print_estimate(row: dict[str, Any], seed: int) -> None:
     wall, tokens = row["projected_wall_s"], row["projected_tokens"]
     print("| seed | projected tokens (90%) | actual tokens | projected wall (90%) | actual wall | error "
           "| CPU used elsewhere |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {args.seed} | {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) "
+    print(f"| {seed} | {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) "
           f"| {row['actual_tokens']:,} | {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
           f"| {row['actual_wall_s']:.1f}s | {row['wall_error']:+.1%} | {row['cpu_used_elsewhere']:.0%} |")
-    return 0
 
 
 if __name__ == "__main__":
