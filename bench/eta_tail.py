@@ -36,8 +36,8 @@ def write_prompts(path: Path, count: int) -> Path:
     with path.open("w") as handle:
         for i in range(count):
             source = SOURCES[i % len(SOURCES)]
-            handle.write(json.dumps({"id": f"{source}-{i:06d}", "meta": {"source": source},
-                                     "messages": [{"role": "user", "content": f"{source} question {i}: why {i % 89}?"}]})
+            message = {"role": "user", "content": f"{source} question {i}: why {i % 89}?"}
+            handle.write(json.dumps({"id": f"{source}-{i:06d}", "meta": {"source": source}, "messages": [message]})
                          + "\n")
     return path
 
@@ -79,7 +79,7 @@ async def _sampled_run(args: list[str]) -> tuple[list[tuple[float, float | None,
                     requests_rate = (snap.done - done_at[0][1]) / span if span > 0 else 0.0
                     samples.append((now, before_rule(snap, requests_rate), snap.eta_s, snap.done))
 
-            run._companions.append(sample)  # noqa: SLF001 - a bench's probe on the run's own snapshots
+            run._companions.append(sample)  # a bench's probe on the run's own snapshots
             started = time.monotonic()
             outcome, sync = await run.run()
             ended = time.monotonic()
