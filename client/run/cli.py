@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--wait-ready", type=non_negative_float, default=0.0, metavar="SECONDS",
                        help="at start, wait this long for endpoints nothing answers on yet (default: 0: fail)")
     fleet.add_argument("--gpus", type=positive_int, metavar="N",
-                       help="GPUs behind the fleet, for the projected GPU-hours")
+                       help="GPUs behind the fleet, for GPU-hours (default: what the servers report, /v1/loads "
+                            "num_accelerators, when every server does; else GPU-hours show '? (--gpus N)')")
 
     data = parser.add_argument_group("input and output")
     data.add_argument("--prompts", action="append", required=True, metavar="FILE|DIR",
@@ -240,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="interval of the plain progress line (default: %(default)s)")
     view.add_argument("--estimate", type=Path, metavar="FILE",
                       help="the JSON of `client.estimate --json` for these prompts: its mean output tokens per "
-                           "prompt make the ETA right before many long replies have finished")
+                           "prompt stand for the prompts not yet sent, before many long replies have finished")
     view.add_argument("--metrics-port", type=port_number, metavar="PORT",
                       help="serve the run's counters to Prometheus at http://HOST:PORT/metrics (off by default; "
                            "0 picks a free port; see docs/monitoring.md)")

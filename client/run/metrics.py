@@ -56,8 +56,9 @@ def metric_families(snap: StatsSnapshot) -> Iterator[Metric]:
     yield from _gauge("server_tokens_per_second", "Generation tok/s the servers report, other traffic included.",
                       snap.server_tokens_per_s)
     yield from _gauge("server_accept_length", "Mean MTP accept length the servers report.", snap.accept_length)
-    yield from _gauge("gpu_hours", "GPU-hours so far (--gpus).", snap.gpu_hours_so_far)
-    yield from _gauge("gpu_hours_projected", "GPU-hours at the end, projected (--gpus).", snap.gpu_hours_projected)
+    yield from _gauge("gpu_hours", "GPU-hours so far (--gpus, else the servers' own count).", snap.gpu_hours_so_far)
+    yield from _gauge("gpu_hours_projected", "GPU-hours at the end, projected (--gpus, else the servers' own count).",
+                      snap.gpu_hours_projected)
     yield from _endpoint_families(snap)
 
 
