@@ -84,3 +84,29 @@ def test_live_accept_length_and_the_audit_agree(tmp_path: Path, fleet_factory: A
     table = audit.stdout[audit.stdout.index("MTP accept length"):]
     assert "tokens/step" in table and "mean/request" in table, table[:600]
     assert f"{per_step:.2f}" in table
+
+
+_LINE = re.compile(r"done (\d+)/(\d+) .* eta (\S+)")
+
+
+@pytest.mark.slow
+def test_a_resume_shows_an_eta_from_the_records_done_and_never_0_while_work_is_left(tmp_path: Path,
+                                                                                     fleet_factory: Any) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=4.0, extra_args=("--mean-tokens", "200"))])
+    prompts = make_prompts(tmp_path / "p.jsonl", 40)
+    out = tmp_path / "out"
+    command = client_command(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(out),
+                              "--grace", "0", "--max-tokens", "1500"])
+    command[command.index("--progress-every") + 1] = "0.5"
+    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_records(out, 10, proc=first, timeout=120)
+    first.send_signal(signal.SIGINT)
+    _, stderr = first.communicate(timeout=60)
+    assert first.returncode == 130, stderr[-2000:]
+    resumed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=180, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [m for m in (_LINE.search(line) for line in resumed.stdout.splitlines()) if m]
+    under_way = [m for m in lines if int(m.group(1)) < int(m.group(2))]
+    assert under_way, resumed.stdout[-2000:]
+    assert all(m.group(3) != "0s" for m in under_way), "ETA 0 while prompts were left"
+    assert any(re.match(r"\d", m.group(3)) for m in under_way), "the resume's ETA was never known"
