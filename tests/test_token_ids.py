@@ -10,7 +10,7 @@ import pytest
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy
-from client.fleet.kinds import ServerKind
+from client.fleet.kinds import kind_of
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.wire.sglext import SGLANG_REQUEST_FIELDS, spec_from
 from client.wire.sse import StreamParser
@@ -126,7 +126,7 @@ def test_ids_policy_refuses_on_without_a_way(policy: FieldPolicy, kinds: dict[st
     (None, "auto", MIX, "other"),
 ])
 def test_effective_kind(detected: str | None, compat: str, policy: FieldPolicy, kind: str) -> None:
-    assert effective_kind(detected, compat, policy) == kind
+    assert effective_kind(detected, compat, policy).name == kind
 
 
 @pytest.mark.parametrize(("kind", "mode", "policy", "expected"), [
@@ -141,7 +141,7 @@ def test_effective_kind(detected: str | None, compat: str, policy: FieldPolicy, 
     ("sglang", "on", ids_policy(MIX, "on", {"a": "sglang", "b": "vllm"}), SGLANG_REQUEST_FIELDS),
 ])
 def test_id_request(kind: str, mode: str, policy: FieldPolicy, expected: dict[str, bool]) -> None:
-    request = id_request("http://127.0.0.1:9", ServerKind(kind), mode, policy)
+    request = id_request("http://127.0.0.1:9", kind_of(kind), mode, policy)
     assert request.fields == expected
     assert request.required == (mode == "on")
 
@@ -160,7 +160,7 @@ def test_simulated_spec_details_add_up(seed: int, tokens: int) -> None:
 
 
 def test_the_start_up_line_names_the_id_fields_each_server_gets() -> None:
-    requests = [id_request(f"http://127.0.0.1:{port}", ServerKind(kind), "auto", VLL)
+    requests = [id_request(f"http://127.0.0.1:{port}", kind_of(kind), "auto", VLL)
                 for port, kind in ((9, "sglang"), (10, "vllm"), (11, "other"))]
     line = describe("auto", requests)
     assert line == ("--token-ids auto: 1 streaming with ids (" + ", ".join(SGLANG_REQUEST_FIELDS) + "); "

@@ -95,10 +95,17 @@ def test_ids_on_decode_as_the_template_renders_and_export_exactly(tmp_path: Path
                    "--require-exact-ids", "--template-check", "all")
     assert export.returncode == 0, export.stderr[-3000:]
     assert "(40 from server token ids, 0 re-rendered;" in export.stderr
-    # The template renders the simulated SGLang's exact ids back, tools in SGLang's form included.
-    tooled = sum(bool(r.get("tools")) for r in records)
-    assert "template check: 40 of 40 row(s) with server ids (100.00%)" in export.stderr
+    # The template renders the simulated SGLang's exact ids back, tools in SGLang's form included: every
+    # reply that ended by itself is trained exactly on them; a reply cut by max_tokens is not, since the
+    # trainer's template closes it with tokens the model never generated (the check says so).
+    ended = [r for r in records if r["finish_reason"] in ("stop", "tool_calls")]
+    tooled = sum(bool(r.get("tools")) for r in ended)
+    assert 0 < len(ended) < 40
+    assert f"template check: {len(ended)} of 40 row(s) with server ids" in export.stderr
     assert f"({tooled} with the tools as SGLang renders them, written so)" in export.stderr
+    examples = [line for line in export.stderr.splitlines() if "first difference at token" in line]
+    cut_reasons = ("past the reply's last one", "arguments that do not parse as JSON with {}")
+    assert examples and all(any(reason in line for reason in cut_reasons) for line in examples), examples
     rows = pq.read_table(parquet).to_pylist()
     completion_tokens = {r["id"]: r["usage"]["completion_tokens"] for r in records}
     assert {row["id"] for row in rows} == set(completion_tokens)

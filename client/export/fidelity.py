@@ -110,8 +110,8 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
         if row.emptied_arguments:
             why = (f"SpecForge replaces {row.emptied_arguments} tool call(s)' arguments that do not parse as JSON "
                    "with {}" + (f"; {why}" if why else ""))
-        if first is None:
-            first = (position, why, row.input_ids)
+        if first is None or position >= first[0]:
+            first = (position, why, row.input_ids)  # the form that reproduces the most: the truer report
     assert first is not None
     position, why, trainer = first
     low = max(0, position - CONTEXT_TOKENS)

@@ -1,34 +1,25 @@
-"""The kinds of server the client tells apart, defined once: what a server is decides which extension
-fields it takes (client.fleet.preflight) and how it gives token ids (client.fleet.token_ids)."""
+"""The kinds of server the client tells apart, registered once: each is a `ServerProfile` in its own module
+of client.fleet.servers (how it is recognised, the extension fields it takes, where its token ids and prompt
+counts are, what to warn of). Adding a kind: a module there, and one line in KNOWN.
+"""
 
 from __future__ import annotations
 
-import enum
+from client.fleet.profile import ServerProfile
+from client.fleet.servers import openai, sglang, vllm
+
+# Recognised in this order; OTHER is every server none of them names.
+KNOWN: tuple[ServerProfile, ...] = (sglang.PROFILE, vllm.PROFILE)
+OTHER = openai.PROFILE
+# Kept for the names code and tests use.
+SGLANG, VLLM = sglang.PROFILE, vllm.PROFILE
 
 
-class ServerKind(enum.StrEnum):
-    SGLANG = "sglang"
-    VLLM = "vllm"
-    OTHER = "other"  # any other OpenAI-compatible server: standard fields only
-
-    @property
-    def gives_token_ids(self) -> bool:
-        return self is not ServerKind.OTHER
-
-    @property
-    def count_path(self) -> str | None:
-        """Where this kind counts a chat prompt's tokens as it renders it (for --train-window)."""
-        return _COUNT_PATHS.get(self)
+def kind_named(name: str | None) -> ServerProfile | None:
+    """The kind a `--compat` value, a policy name or a detected name names, if it names one."""
+    return next((kind for kind in (*KNOWN, OTHER) if kind.name == name), None)
 
 
-# SGLang 0.5.23 and vLLM answer these with {"tokens", "count", "max_model_len"} for {"model", "messages",
-# "tools", "chat_template_kwargs", "add_generation_prompt"}.
-_COUNT_PATHS = {ServerKind.SGLANG: "/v1/tokenize", ServerKind.VLLM: "/tokenize"}
-
-
-def kind_named(name: str | None) -> ServerKind | None:
-    """The kind a `--compat` value or a policy name names, if it names one."""
-    try:
-        return ServerKind(name) if name is not None else None
-    except ValueError:
-        return None
+def kind_of(name: str) -> ServerProfile:
+    """The kind `name` names; OTHER for a name of no known kind."""
+    return kind_named(name) or OTHER

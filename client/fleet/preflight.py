@@ -19,21 +19,16 @@ import orjson
 
 from client.core.errors import AttemptError, ConfigError, MissingTokenIds, RequestRejected
 from client.core.payload import FieldPolicy, SamplingSettings
-from client.fleet.kinds import ServerKind
+from client.fleet import kinds as registry
+from client.fleet.kinds import KNOWN, OTHER, kind_of
 from client.fleet.token_ids import no_ids_refusal
 from client.wire.endpoint import Endpoint
 from client.wire.models import ModelCatalog
 from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
-SGLANG, VLLM, OTHER = ServerKind.SGLANG, ServerKind.VLLM, ServerKind.OTHER
-COMPAT_CHOICES = ("auto", SGLANG, VLLM, "openai")
-
-# `return_token_ids` stands for the token-id fields of the server's kind (client.fleet.token_ids).
-_EXTENSIONS_BY_KIND: dict[str, frozenset[str]] = {
-    SGLANG: frozenset({"top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats"}),
-    VLLM: frozenset({"top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats"}),
-    OTHER: frozenset(),
-}
+COMPAT_CHOICES = ("auto", *(kind.name for kind in KNOWN), "openai")
+# Every extension field some known kind takes: a refused one of these has `--compat openai` as its way out.
+_EXTENSIONS = frozenset().union(*(kind.extensions for kind in KNOWN))
 
 # Which option changes a refused field, for the error message.
 _FIX_FOR_FIELD = {
@@ -51,58 +46,42 @@ _NO_IDS_FIX = "--token-ids off"
 
 
 def kind_from_models(catalog: ModelCatalog) -> str | None:
-    """The engine named by `/v1/models` `owned_by`, or None when it names no engine we know."""
-    for kind in (SGLANG, VLLM):
-        if kind in catalog.owners:
-            return kind
-    return None
+    """The kind `/v1/models` `owned_by` names, or None when it names no kind we know."""
+    return next((kind.name for kind in registry.KNOWN if any(owner in catalog.owners for owner in kind.owned_by)),
+                None)
 
 
 async def detect_kind(endpoint: Endpoint) -> str:
-    """The server's kind, from the /v1/models the start-up checks fetched (asked now only if none did)."""
+    """The server's kind, from the /v1/models the start-up checks fetched (asked now only if none did), else
+    from its `/server_info` where a kind names one."""
     try:
         found = kind_from_models(await endpoint.model_catalog())
     except AttemptError:
         found = None
     if found is not None:
         return found
+    asking = [kind for kind in registry.KNOWN if kind.server_info is not None]
+    if not asking:
+        return OTHER.name
     try:
         info = await endpoint.get_json("/server_info")
     except (AttemptError, ValueError):
-        return OTHER
-    is_sglang = isinstance(info, dict) and ("tp_size" in info or "served_model_name" in info)
-    return SGLANG if is_sglang else OTHER
-
-
-# SGLang tool-call parsers whose streaming loses reply text: SGLang 0.5.23's Qwen25Detector (`qwen`, `qwen25`)
-# goes through BaseFormatDetector.parse_streaming_increment, which jumps to "<tool_call>\n" when an increment
-# holds it and returns none of the text before it in that increment. How the tokens fall into increments
-# follows the server's timing (more tokens per increment under load, and with MTP), so the loss does too.
-# qwen3_coder, the parser Qwen3.6 is served with, keeps that text.
-LOSSY_STREAMING_TOOL_PARSERS = frozenset({"qwen", "qwen25"})
-
-
-async def lossy_tool_parser(endpoint: Endpoint) -> str | None:
-    """The tool-call parser an SGLang server's `/server_info` names, when it is one that loses text streaming."""
-    try:
-        info = await endpoint.get_json("/server_info")
-    except (AttemptError, ValueError):
-        return None  # not told: nothing to warn of
-    parser = info.get("tool_call_parser") if isinstance(info, dict) else None
-    return parser if parser in LOSSY_STREAMING_TOOL_PARSERS else None
+        return OTHER.name
+    return next((kind.name for kind in asking if kind.server_info is not None and kind.server_info(info)), OTHER.name)
 
 
 def field_policy(compat: str, kinds: Sequence[str]) -> FieldPolicy:
     """The run's field set: forced by `--compat`, or (auto) what every detected kind takes."""
     if compat == "openai":
         return FieldPolicy.standard()
-    if compat in (SGLANG, VLLM):
-        return FieldPolicy(_EXTENSIONS_BY_KIND[compat], compat)
+    forced = next((kind for kind in registry.KNOWN if kind.name == compat), None)
+    if forced is not None:
+        return FieldPolicy(forced.extensions, forced.name)
     if not kinds:
         return FieldPolicy.standard()
-    allowed = frozenset.intersection(*(_EXTENSIONS_BY_KIND[kind] for kind in kinds))
+    allowed = frozenset.intersection(*(kind_of(kind).extensions for kind in kinds))
     name = kinds[0] if len(set(kinds)) == 1 else "mixed"
-    return FieldPolicy(allowed, "openai" if name == OTHER else name)
+    return FieldPolicy(allowed, "openai" if name == OTHER.name else name)
 
 
 def check_settings_fit(settings: SamplingSettings, policy: FieldPolicy) -> None:
@@ -148,15 +127,15 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
             async with asyncio.timeout(limit_s):
                 completion, _ = await endpoint.stream_chat(body, max_tokens=1)
         except RequestRejected as exc:
-            raise _refusal(endpoint, kinds.get(endpoint.url, OTHER), policy, payload, exc,
+            raise _refusal(endpoint, kinds.get(endpoint.url, OTHER.name), policy, payload, exc,
                            require_ids=require_ids) from None
         except MissingTokenIds:
-            raise no_ids_refusal(endpoint.url, kinds.get(endpoint.url, OTHER)) from None
+            raise no_ids_refusal(endpoint.url, kinds.get(endpoint.url, OTHER.name)) from None
         except (AttemptError, TimeoutError):
-            return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=False)
+            return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER.name), ok=False)
         if require_ids and not completion.completion_token_ids:
-            raise no_ids_refusal(endpoint.url, kinds.get(endpoint.url, OTHER))
-        return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER), ok=True)
+            raise no_ids_refusal(endpoint.url, kinds.get(endpoint.url, OTHER.name))
+        return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER.name), ok=True)
 
     return list(await asyncio.gather(*(one(endpoint) for endpoint in endpoints)))
 
@@ -182,7 +161,7 @@ def _refusal(endpoint: Endpoint, kind: str, policy: FieldPolicy, payload: dict[s
             fixes = (fixes - {"--compat openai"}) | {"--compat openai --token-ids off"}
         ordered = sorted(fixes)
         if not any(fix.startswith("--compat openai") for fix in ordered) and any(
-                name in _EXTENSIONS_BY_KIND[VLLM] for name in named):
+                name in _EXTENSIONS for name in named):
             ordered.append("--compat openai (standard OpenAI fields only)"
                            + (" with --token-ids off" if require_ids else ""))
         return ConfigError(f"{head} Refused field(s): {', '.join(named)}. Change this with "

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy, IdRequest
-from client.fleet.kinds import ServerKind, kind_named
-from client.wire.sglext import SGLANG_REQUEST_FIELDS
+from client.fleet.kinds import OTHER, kind_named, kind_of
+from client.fleet.profile import ServerProfile
 
 
 class TokenIds(enum.StrEnum):
@@ -33,12 +33,9 @@ class TokenIds(enum.StrEnum):
 
 TOKEN_IDS_CHOICES = tuple(mode.value for mode in TokenIds)
 _FIELD = "return_token_ids"
-# What a request of each kind carries to get its ids back.
-ID_FIELDS_BY_KIND: dict[ServerKind, dict[str, bool]] = {ServerKind.VLLM: {"return_token_ids": True},
-                                                        ServerKind.SGLANG: SGLANG_REQUEST_FIELDS}
 
 
-def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> ServerKind:
+def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> ServerProfile:
     """The kind whose id path a server takes: `--compat sglang|vllm` is the user's word for every server;
     a server not detected (down at start) is taken to be the run's kind."""
     forced = kind_named(compat)
@@ -48,7 +45,7 @@ def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> Se
     if found is not None:
         return found
     named = kind_named(policy.name)
-    return named if named is not None and named.gives_token_ids else ServerKind.OTHER
+    return named if named is not None and named.gives_token_ids else OTHER
 
 
 def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> FieldPolicy:
@@ -60,7 +57,7 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
         return FieldPolicy(policy.extensions - {_FIELD}, policy.name)
     if mode == "auto":
         return policy
-    without = sorted(url for url, kind in kinds.items() if not ServerKind(kind).gives_token_ids)
+    without = sorted(url for url, kind in kinds.items() if not kind_of(kind).gives_token_ids)
     if without:
         raise ConfigError(f"--token-ids on: {', '.join(without)} is neither SGLang nor vLLM (as detected from "
                           "/v1/models owned_by and /server_info), and no other server kind returns the token ids "
@@ -77,7 +74,7 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
     return FieldPolicy(policy.extensions | {_FIELD}, policy.name)
 
 
-def id_request(url: str, kind: ServerKind, mode: str, policy: FieldPolicy) -> IdRequest:
+def id_request(url: str, kind: ServerProfile, mode: str, policy: FieldPolicy) -> IdRequest:
     """Which fields this endpoint's requests carry to get the ids (none where it cannot give them).
 
     ConfigError under `on` for an endpoint whose kind is unknown: one that did not answer at start in a
@@ -89,7 +86,7 @@ def id_request(url: str, kind: ServerKind, mode: str, policy: FieldPolicy) -> Id
                           "once it is ready, leave it out of --endpoints, pass --compat sglang|vllm if every "
                           "server is that kind, or use --token-ids auto (ids where a server gives them).")
     wants_ids = policy.allows(_FIELD) and mode != TokenIds.OFF
-    return IdRequest(ID_FIELDS_BY_KIND.get(kind, {}) if wants_ids else {}, required=mode == TokenIds.ON)
+    return IdRequest(dict(kind.id_fields) if wants_ids else {}, required=mode == TokenIds.ON)
 
 
 def describe(mode: str, requests: Sequence[IdRequest]) -> str:

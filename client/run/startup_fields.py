@@ -17,8 +17,8 @@ import orjson
 from client.core.errors import AttemptError, ConfigError, RequestRejected
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
-from client.fleet.kinds import ServerKind
-from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, lossy_tool_parser, preflight
+from client.fleet.kinds import kind_of
+from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.local.prompt_files import prompt_lines
 from client.run.console import say
@@ -65,14 +65,12 @@ async def _count_once(answering: Sequence[Endpoint], shape: RequestShape, probe:
     return dataclasses.replace(shape, count_paths=tuple(paths))
 
 
-async def _warn_of_lossy_tool_parsers(sglang: Sequence[Endpoint], note: Callable[[str], None]) -> None:
-    parsers = await asyncio.gather(*(lossy_tool_parser(e) for e in sglang))
-    for endpoint, parser in zip(sglang, parsers, strict=True):
-        if parser is not None:
-            note(f"warning: {endpoint.url} runs --tool-call-parser {parser}, which streaming loses the reply text "
-                 "that arrives in the same chunk as a tool call's start (SGLang 0.5.23): `content` before a call "
-                 "may end early; the token ids (--token-ids) stay whole. Serve Qwen3.6 with --tool-call-parser "
-                 "qwen3_coder, which keeps it (the launcher's default).")
+async def _tools_warnings(answering: Sequence[Endpoint], kinds: dict[str, str], note: Callable[[str], None]) -> None:
+    """What each answering server's kind warns of when the prompts carry tools (SGLang: a lossy parser)."""
+    checks = [(kind.tools_warning, e) for e in answering if (kind := kind_of(kinds.get(e.url, ""))).tools_warning]
+    for warning in await asyncio.gather(*(check(endpoint) for check, endpoint in checks)):
+        if warning is not None:
+            note(warning)
 
 
 def first_tools(paths: Sequence[Path]) -> list[dict[str, Any]] | None:
@@ -104,7 +102,7 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
                      await asyncio.gather(*(detect_kind(e) for e in answering)), strict=True))
     policy = field_policy(compat, list(kinds.values()))
     effective = {e.url: effective_kind(kinds.get(e.url), compat, policy) for e in endpoints}
-    policy = ids_policy(policy, token_ids, {url: effective[url] for url in kinds})
+    policy = ids_policy(policy, token_ids, {url: effective[url].name for url in kinds})
     shape = RequestShape(model, settings, policy,
                          tuple(id_request(e.url, effective[e.url], token_ids, policy) for e in endpoints),
                          tuple(effective[e.url].count_path for e in endpoints))
@@ -119,7 +117,7 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
         await before_preflight(shape)
     tools = await asyncio.to_thread(first_tools, list(prompt_paths))
     if tools:
-        await _warn_of_lossy_tool_parsers([e for e in answering if kinds.get(e.url) == ServerKind.SGLANG], note)
+        await _tools_warnings(answering, kinds, note)
     probe = Prompt(id="preflight", messages=[{"role": "user", "content": PREFLIGHT_MESSAGE}], tools=tools,
                    meta=None, source="preflight", line=0)
 

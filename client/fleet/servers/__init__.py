@@ -1,0 +1,2 @@
+"""One module for each kind of server the client knows (a `ServerProfile` named PROFILE); client.fleet.kinds
+registers them. A new kind is one module here and one line there."""
