@@ -12,6 +12,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from client.core import errors
 from client.core.errors import AttemptError, NotJSON, PermanentError, RegenError, RetryableError
 
@@ -49,3 +51,15 @@ def test_the_docstring_tree_draws_every_class() -> None:
     defined = {node.name for node in ast.parse(Path(errors.__file__).read_text()).body
                if isinstance(node, ast.ClassDef)}
     assert drawn == defined == {cls.__name__ for cls in subclasses(RegenError)} | {"RegenError"}
+
+
+@pytest.mark.parametrize(("error", "blames"), [
+    (errors.ConnectFailed("x"), True), (errors.TLSCertificateError("x"), True), (errors.ServerError("x"), True),
+    (errors.StreamDropped("x"), True), (errors.ProtocolError("x"), True), (errors.StreamStalled("x"), True),
+    (errors.RateLimited("x", None), False), (errors.StreamErrorEvent("x"), False),
+    (errors.MissingTokenIds("x"), False), (errors.RequestRejected("x", 400), False), (errors.TooLong("x", 400), False),
+    (errors.NotJSON("x"), False),
+])
+def test_the_errors_that_blame_the_server(error: errors.AttemptError, blames: bool) -> None:
+    """The dispatcher counts these against the endpoint's health (and a connection that fails at once)."""
+    assert error.blames_server is blames

@@ -40,6 +40,8 @@ ProxyFailed are ConfigErrors too: mid-run they are retried like any failed conne
 stop the run with their own message instead of "cannot reach".
 
 An attempt's `kind` (the class name; `too_long` for TooLong) is the `error_class` of its failure record.
+`blames_server` marks the classes that count against the endpoint's health: ConnectFailed, ServerError,
+StreamDropped and StreamStalled, with their subclasses.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ class AttemptError(RegenError):
     goes to the failures file, the live view and the logs."""
 
     retryable = False
+    # The failure says something about the server rather than about the request: the dispatcher counts it
+    # toward taking the endpoint out of rotation (a connection that cannot be made does at once).
+    blames_server = False
 
     def __init__(self, message: str, *args: object) -> None:
         super().__init__(redact.text(message), *args)
@@ -110,7 +115,7 @@ class RetryableError(AttemptError):
 
 
 class ConnectFailed(RetryableError):
-    pass
+    blames_server = True
 
 
 class TLSCertificateError(ConnectFailed, ConfigError):
@@ -122,7 +127,7 @@ class ProxyFailed(ConnectFailed, ConfigError):
 
 
 class ServerError(RetryableError):
-    pass
+    blames_server = True
 
 
 class RateLimited(RetryableError):
@@ -132,7 +137,7 @@ class RateLimited(RetryableError):
 
 
 class StreamDropped(RetryableError):
-    pass
+    blames_server = True
 
 
 class ProtocolError(StreamDropped):
@@ -151,6 +156,8 @@ class OversizedResponse(ProtocolError):
 
 class StreamStalled(RetryableError):
     """No progress within the idle timeout, or no whole answer within the request's total deadline."""
+
+    blames_server = True
 
 
 class StreamErrorEvent(RetryableError):

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from client.core.errors import AttemptError, ConnectFailed, RequestRejected, ServerError, StreamDropped, StreamStalled
+from client.core.errors import AttemptError, ConnectFailed, RequestRejected, StreamDropped
 from client.core.stats import EndpointLive
 from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint, target_depth
 from client.fleet.device import Device, parse_device
@@ -41,9 +41,7 @@ class Health(enum.StrEnum):
 
 STARTING, UP, DOWN = Health.STARTING, Health.UP, Health.DOWN
 
-# Failures that say something about the server rather than about the request.
 DEVICE_SOURCE = "/v1/loads"  # the load document that also names the GPUs (client.fleet.device)
-_SERVER_FAULTS = (ConnectFailed, ServerError, StreamDropped, StreamStalled)
 
 
 class DispatchClosed(Exception):
@@ -241,7 +239,7 @@ class Dispatcher:
         self._tracked[endpoint.index].consecutive_failures = 0
 
     def report_failure(self, endpoint: Endpoint, error: AttemptError) -> None:
-        if not isinstance(error, _SERVER_FAULTS):
+        if not error.blames_server:
             return
         tracked = self._tracked[endpoint.index]
         tracked.consecutive_failures += 1
