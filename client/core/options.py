@@ -8,8 +8,15 @@ import argparse
 
 from argchecks import whole_in
 
-# One default for every tool that talks to the fleet (the run, the estimate's calibration).
+# The defaults every tool that talks to the fleet shares (the run, the estimate's calibration), defined once:
+# argparse, the configs and the wire layer read them from here.
 DEFAULT_MAX_IN_FLIGHT = 512
+DEFAULT_SLOTS = 32  # decode slots assumed for a server that does not report them
+DEFAULT_IDLE_TIMEOUT_S = 300.0  # a stream with no progress this long is dropped and retried
+DEFAULT_CIRCUIT_FAILURES = 3  # failures in a row that take an endpoint out of rotation
+DEFAULT_MAX_ATTEMPTS = 6  # attempts per prompt before it is written as a failure
+DEFAULT_SEGMENT_AGE_S = 300.0  # a result segment older than this is closed (and, with --s3, uploaded)
+DEFAULT_MAX_RETRY_AFTER_S = 300.0  # the longest Retry-After honoured
 
 # A sampling seed goes out in the request's JSON: orjson cannot write an integer past 64 bits, and vLLM
 # refuses one outside a signed 64-bit integer (torch.long), so that range is the one every server takes.

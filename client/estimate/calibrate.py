@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from client.core.options import DEFAULT_MAX_ATTEMPTS
 from client.core.payload import SamplingSettings
 from client.core.stats import RunStats
 from client.fleet.options import FleetConfig
@@ -45,7 +46,7 @@ def _note(line: str) -> None:
 
 async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Path,
                     make_sample: Callable[[int], tuple[Path, int]], *, prompt_paths: Sequence[Path],
-                    max_attempts: int = 6, progress_every_s: float = 10.0) -> CalibrationRun:
+                    max_attempts: int = DEFAULT_MAX_ATTEMPTS, progress_every_s: float = 10.0) -> CalibrationRun:
     """Open the fleet as the run does (client.run.fleet_session), ask `make_sample(fleet slots)` for the sample
     file, and run it into `out`. `prompt_paths`: the full set, where the preflight looks for tools."""
     stats = RunStats()

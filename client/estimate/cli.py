@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from argchecks import non_empty_path, non_negative_float, positive_float, positive_int
-from client.core.options import DEFAULT_MAX_IN_FLIGHT, add_s3_endpoint_url
+from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IN_FLIGHT, add_s3_endpoint_url
 from client.core.payload import SamplingSettings
 from client.fleet.options import add_network_options
 from client.fleet.preflight import COMPAT_CHOICES
@@ -95,7 +95,7 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
                      help="which extension fields go out, as in client.run --compat (default: %(default)s)")
     way.add_argument("--wait-ready", type=non_negative_float, default=0.0, metavar="SECONDS",
                      help="wait this long for endpoints that do not answer yet (default: 0)")
-    way.add_argument("--max-attempts", type=positive_int, default=6, metavar="N",
+    way.add_argument("--max-attempts", type=positive_int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                      help="attempts per prompt (default: 6)")
     way.add_argument("--progress-every", type=positive_float, default=10.0, metavar="SECONDS",
                      help="interval of the progress line on stderr (default: %(default)s)")

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from client.core.errors import AttemptError, ConnectFailed, RequestRejected, StreamDropped
+from client.core.options import DEFAULT_CIRCUIT_FAILURES
 from client.core.stats import EndpointLive
 from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint, target_depth
 from client.fleet.device import Device, parse_device
@@ -50,7 +51,7 @@ class DispatchClosed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class DispatchSettings:
-    failure_threshold: int = 3  # failures in a row that take an endpoint out
+    failure_threshold: int = DEFAULT_CIRCUIT_FAILURES  # failures in a row that take an endpoint out
     poll_interval: float = 1.0
     poll_timeout: float = 5.0
     probe_interval: float = 2.0

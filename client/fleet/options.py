@@ -7,7 +7,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from client.core.options import DEFAULT_MAX_IN_FLIGHT
+from client.core.options import (
+    DEFAULT_CIRCUIT_FAILURES,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_SLOTS,
+)
 from client.wire.connect import NetworkOptions
 
 
@@ -38,9 +43,9 @@ class FleetConfig:
     api_key: str | None = None
     network: NetworkOptions = field(default_factory=NetworkOptions)
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
-    slots: int = 32  # decode slots assumed for a server that does not report them
+    slots: int = DEFAULT_SLOTS
     wait_ready: float = 0.0
-    idle_timeout: float = 300.0
-    circuit_failures: int = 3
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
+    circuit_failures: int = DEFAULT_CIRCUIT_FAILURES
     compat: str = "auto"  # which extension fields go out (client.fleet.preflight)
     token_ids: str = "auto"  # client.fleet.token_ids

@@ -30,6 +30,7 @@ from typing import BinaryIO
 import orjson
 
 from client.core.errors import SinkError, map_write_error
+from client.core.options import DEFAULT_SEGMENT_AGE_S
 from client.core.records import FailureRecord, ResultRecord
 from client.local.ledger import write_ids
 
@@ -87,7 +88,7 @@ class ResultSink:
         run_id: str,
         shard_label: str = "0of1",
         max_segment_bytes: int = 256 << 20,
-        max_segment_age_s: float = 300.0,
+        max_segment_age_s: float = DEFAULT_SEGMENT_AGE_S,
         on_segment_closed: Callable[[ClosedSegment], None] | None = None,
     ) -> None:
         self.out_dir = out_dir

@@ -18,14 +18,22 @@ from argchecks import (
     positive_float,
     positive_int,
 )
-from client.core.options import DEFAULT_MAX_IN_FLIGHT, seed_number
+from client.core.options import (
+    DEFAULT_CIRCUIT_FAILURES,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_RETRY_AFTER_S,
+    DEFAULT_SEGMENT_AGE_S,
+    DEFAULT_SLOTS,
+    seed_number,
+)
 from client.core.payload import SamplingSettings
 from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
 from client.fleet.token_ids import TOKEN_IDS_CHOICES
 from client.run.config import RunConfig, S3Config, SimConfig, ViewConfig
-from client.run.retry import DEFAULT_MAX_RETRY_AFTER_S
 
 T = TypeVar("T")
 
@@ -100,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                        help="hard cap of requests in flight per endpoint; within it, each endpoint is kept "
                             "filled to its decode slots plus a small queue (default: %(default)s)")
-    fleet.add_argument("--slots", type=positive_int, default=32, metavar="N",
+    fleet.add_argument("--slots", type=positive_int, default=DEFAULT_SLOTS, metavar="N",
                        help="decode slots assumed for an endpoint that does not report them (vLLM); learned "
                             "from its queue as the run goes (default: %(default)s)")
     fleet.add_argument("--wait-ready", type=non_negative_float, default=0.0, metavar="SECONDS",
@@ -133,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "SLURM array's or step's size); needed on Kubernetes and when resubmitting some indices")
     data.add_argument("--segment-mb", type=positive_float, default=256.0, metavar="MB",
                       help="rotate a segment at this size (default: %(default)s)")
-    data.add_argument("--segment-age", type=positive_float, default=300.0, metavar="SECONDS",
+    data.add_argument("--segment-age", type=positive_float, default=DEFAULT_SEGMENT_AGE_S, metavar="SECONDS",
                       help="rotate a segment at this age (default: %(default)s)")
 
     sync = parser.add_argument_group("S3 sync (credentials and region from the standard AWS chain)")
@@ -195,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(chat_template_kwargs.preserve_thinking); Qwen3.6 drops it by default")
 
     retries = parser.add_argument_group("retries and shutdown")
-    retries.add_argument("--max-attempts", type=positive_int, default=6, metavar="N",
+    retries.add_argument("--max-attempts", type=positive_int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                          help="attempts per prompt before it goes to the failures file (default: %(default)s)")
     retries.add_argument("--retry-too-long", action="store_true",
                          help="retry prompts an earlier run found longer than the server's context (too_long); "
@@ -227,10 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
                          metavar="SECONDS",
                          help="honour a 429's Retry-After up to this long; a longer one is cut to it, so a bogus "
                               "value cannot park a prompt for hours (default: %(default)s)")
-    retries.add_argument("--idle-timeout", type=positive_float, default=300.0, metavar="SECONDS",
+    retries.add_argument("--idle-timeout", type=positive_float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
                          help="a stream that sends no new token for this long is retried elsewhere; SSE comments "
                               "and keep-alive events do not count (default: %(default)s)")
-    retries.add_argument("--circuit-failures", type=positive_int, default=3, metavar="N",
+    retries.add_argument("--circuit-failures", type=positive_int, default=DEFAULT_CIRCUIT_FAILURES, metavar="N",
                          help="take an endpoint out of rotation after N failures in a row (default: %(default)s)")
     retries.add_argument("--grace", type=non_negative_float, default=30.0, metavar="SECONDS",
                          help="on Ctrl-C/SIGTERM, time given to requests in flight (default: %(default)s)")

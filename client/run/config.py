@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_RETRY_AFTER_S, DEFAULT_SEGMENT_AGE_S
 from client.core.payload import SamplingSettings
 from client.fleet.options import FleetConfig
 
@@ -67,10 +68,10 @@ class RunConfig:
     shard: str | None = None
     shard_count: int | None = None
     segment_mb: float = 256.0
-    segment_age: float = 300.0
-    max_attempts: int = 6
+    segment_age: float = DEFAULT_SEGMENT_AGE_S
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     max_requests_per_second: float | None = None
-    max_retry_after: float = 300.0
+    max_retry_after: float = DEFAULT_MAX_RETRY_AFTER_S
     grace: float = 30.0
     loop_stop: bool = True
     train_window: int | None = None

@@ -27,6 +27,7 @@ import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from client.core.errors import AttemptError, FillsWindow, MissingTokenIds, RateLimited
+from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_RETRY_AFTER_S
 from client.core.payload import RequestShape
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
@@ -39,12 +40,11 @@ LocalCount = Callable[[Prompt, list[dict[str, Any]]], int]
 
 # Five minutes: longer than any rate-limit window an inference server or gateway announces in practice,
 # short enough that a bogus Retry-After cannot stall a prompt for hours.
-DEFAULT_MAX_RETRY_AFTER_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    max_attempts: int = 6
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
     jitter_s: float = 1.0

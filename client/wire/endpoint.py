@@ -32,6 +32,7 @@ from client.core.errors import (
     StreamStalled,
     error_for_status,
 )
+from client.core.options import DEFAULT_IDLE_TIMEOUT_S
 from client.core.records import Completion
 from client.core.repetition import RepetitionDetector
 from client.wire.bounds import Bounds, mib
@@ -78,7 +79,7 @@ class Endpoint:
         *,
         index: int = 0,
         max_in_flight: int,
-        idle_timeout: float = 300.0,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
         connect_timeout: float = 10.0,
         api_key: str | None = None,
         network: NetworkOptions | None = None,
