@@ -6,10 +6,13 @@ import pytest
 
 from launch.sim.__main__ import build_parser, config_from_args
 from launch.sim.config import SimConfig
+from launch.sim.tiny_tokenizer import tiny_tokenizer_dir
 
 
 def test_defaults_match_the_config_record() -> None:
-    assert config_from_args([]) == SimConfig()
+    # The command line serves with the tiny tokenizer unless told `none`; the record's own default has none.
+    assert config_from_args([]) == SimConfig(tokenizer=str(tiny_tokenizer_dir()))
+    assert config_from_args(["--tokenizer", "none"]) == SimConfig()
 
 
 def test_flags_reach_the_config() -> None:

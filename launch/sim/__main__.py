@@ -12,6 +12,7 @@ from pathlib import Path
 from argchecks import non_negative_float, non_negative_int, port_number, positive_float, positive_int, share
 from launch.sim.config import DEFAULT_MODEL_NAME, FaultRates, SimConfig
 from launch.sim.server import serve_forever
+from launch.sim.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
 from launch.sim.tokens import check_dir
 
 _DESCRIPTION = """\
@@ -96,10 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="delta/message field of the reasoning text; 'reasoning' is vLLM's (default: %(default)s)")
     g.add_argument("--omit-done", action="store_true", help="never send data: [DONE]")
     g.add_argument("--omit-nulls", action="store_true", help="drop null fields from stream chunks")
-    g.add_argument("--tokenizer", metavar="DIR",
+    g.add_argument("--tokenizer", metavar="DIR|tiny|none", default="tiny",
                    help="a tokenizer.json and the chat template (chat_template.jinja, or tokenizer_config.json's "
                         "chat_template): prompts are rendered and counted as SGLang does, and replies carry "
-                        "their ids where asked (response_token_ids, sglext input_ids/output_ids) (default: no ids)")
+                        "their ids where asked (response_token_ids, sglext input_ids/output_ids). tiny: the "
+                        "project's own tiny Qwen-style tokenizer (launch.sim.tiny_tokenizer, built offline on "
+                        "first use and cached). none: no ids, prompts counted as a token per 4 bytes "
+                        "(default: %(default)s)")
     g.add_argument("--context-length", type=positive_int, default=d.context_length,
                    help="SGLang's --context-length: longer prompts and larger max_tokens are refused "
                         "(default: %(default)s)")
@@ -123,14 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _tokenizer_dir(parser: argparse.ArgumentParser, value: str) -> str | None:
+    """--tokenizer as the path SimConfig takes: `none` is no tokenizer, `tiny` the built one."""
+    if value == "none":
+        return None
+    if value == "tiny":
+        try:
+            return str(tiny_tokenizer_dir())
+        except TinyTokenizerError as exc:
+            parser.error(f"--tokenizer tiny: {exc}")
+    try:
+        check_dir(Path(value))
+    except (OSError, ValueError) as exc:
+        parser.error(f"--tokenizer: {exc}")
+    return value
+
+
 def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
     parser = build_parser()
     a = parser.parse_args(argv)
-    if a.tokenizer is not None:
-        try:
-            check_dir(Path(a.tokenizer))
-        except (OSError, ValueError) as exc:
-            parser.error(f"--tokenizer: {exc}")
+    a.tokenizer = _tokenizer_dir(parser, a.tokenizer)
     if a.context_length < 2:
         parser.error("--context-length must be at least 2")
     faults = FaultRates(fail_500=a.fail_500, fail_429=a.fail_429, drop_stream=a.drop_stream,

@@ -77,7 +77,8 @@ class SimConfig:
     context_length: int = CONTEXT_LENGTH
     tool_call_parser: ToolCallParser = "qwen3_coder"
     # A tokenizer directory (tokenizer.json and the chat template): with it, replies can carry token ids and
-    # usage counts them (launch.sim.tokens); without it, the fields that ask for ids are ignored.
+    # usage counts them (launch.sim.tokens); without it, the fields that ask for ids are ignored. The command
+    # line's default is the tiny tokenizer (launch.sim.tiny_tokenizer); this record's is none.
     tokenizer: str | None = None
     faults: FaultRates = FaultRates()
     log_level: str = "info"

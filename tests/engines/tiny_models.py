@@ -20,7 +20,7 @@ from .vllm_server import REPO_ROOT, VLLMServerError
 
 HERE = Path(__file__).resolve().parent
 BUILDER = HERE / "tiny_qwen3.py"
-BUILDER_INPUTS = (BUILDER, HERE / "qwen3_chat_template.jinja")
+BUILDER_INPUTS = (BUILDER, REPO_ROOT / "launch" / "sim" / "qwen3_chat_template.jinja")
 MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-qwen3"
 VARIANTS = ("scripted", "random")
 MODEL_NAMES = {"scripted": "tiny-qwen3-scripted", "random": "tiny-qwen3-random"}
