@@ -25,10 +25,12 @@ from client.audit.findings import LOCAL_REDO_ADVICE, S3_REDO_ADVICE, Finding, Th
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, scan_results
 from client.core.errors import ConfigError, InputError
+from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
 from client.core.options import add_s3_endpoint_url
 from client.results.reader import ReadReport
 
-EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# The one scheme (client.core.exit_codes), named for this tool's cases.
+EXIT_BROKEN, EXIT_INCOMPLETE = EXIT_PROBLEM, EXIT_NOT_DONE
 
 DESCRIPTION = """\
 Audit the results of a run: counts, an exactly-once check against the prompt set, finish reasons,

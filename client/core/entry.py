@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM, as client.run
+from client.core.exit_codes import EXIT_INTERRUPTED
 
 
 def run_tool(module: str, stopped: str) -> int:

@@ -26,6 +26,7 @@ from rich.console import Console
 
 from client.core import redact
 from client.core.errors import ConfigError, RegenError, SinkError
+from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_NO_ROOM, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
 from client.core.ids import line_id
 from client.core.payload import SamplingSettings
 from client.estimate.calibrate import CalibrationRun, calibrate
@@ -44,7 +45,8 @@ from client.local.prompt_files import resolve_prompt_files
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import ReadReport, iter_lines
 
-EXIT_OK, EXIT_NO_PROJECTION, EXIT_CONFIG, EXIT_SINK, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
+# The one scheme (client.core.exit_codes), named for this tool's cases.
+EXIT_NO_PROJECTION, EXIT_CONFIG, EXIT_SINK = EXIT_PROBLEM, EXIT_USAGE, EXIT_NO_ROOM
 
 
 def _result_ids(location: str, s3_endpoint_url: str | None) -> set[str]:

@@ -18,10 +18,12 @@ import orjson
 
 from argchecks import float_in, positive_int
 from client.core.errors import NO_SPACE, ConfigError
+from client.core.exit_codes import EXIT_NO_ROOM, EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
 from client.core.options import add_s3_endpoint_url
 from client.export.formats import DEFAULT_FORMAT, FORMATS
 
-EXIT_OK, EXIT_DROPPED, EXIT_USAGE, EXIT_REFUSED, EXIT_NO_ROOM = 0, 1, 2, 3, 4
+# The one scheme (client.core.exit_codes), named for this tool's cases.
+EXIT_DROPPED, EXIT_REFUSED = EXIT_PROBLEM, EXIT_NOT_DONE
 EXIT_NOT_EXACT = EXIT_REFUSED
 
 

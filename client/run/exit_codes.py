@@ -1,11 +1,22 @@
-"""The exit codes of `python -m client.run` (documented in its --help and the README)."""
+"""The exit codes of `python -m client.run` (documented in its --help and the README): the one scheme of
+client.core.exit_codes, named for the run's cases."""
 
 from __future__ import annotations
 
-EXIT_OK = 0  # every valid prompt is done
-EXIT_FAILURES = 1  # the run ended but some prompts failed after all attempts
-EXIT_CONFIG = 2  # bad options or an unusable fleet / --out; nothing sent
-EXIT_INPUT = 3  # bad input under --strict
-EXIT_SINK = 4  # results could not be written (disk full or read-only)
-EXIT_SYNC_PENDING = 5  # the run ended but some segments are not in S3 yet
-EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM
+from client.core.exit_codes import (
+    EXIT_INTERRUPTED,
+    EXIT_NO_ROOM,
+    EXIT_NOT_DONE,
+    EXIT_OK,
+    EXIT_PROBLEM,
+    EXIT_SYNC_PENDING,
+    EXIT_USAGE,
+)
+
+__all__ = ["EXIT_CONFIG", "EXIT_FAILURES", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SINK",
+           "EXIT_SYNC_PENDING"]
+
+EXIT_FAILURES = EXIT_PROBLEM  # the run ended but some prompts failed after all attempts
+EXIT_CONFIG = EXIT_USAGE  # bad options or an unusable fleet / --out; nothing sent
+EXIT_INPUT = EXIT_NOT_DONE  # bad input under --strict
+EXIT_SINK = EXIT_NO_ROOM  # results could not be written (disk full or read-only)

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from argchecks import positive_float
 from client.core.errors import ConfigError, InputError
+from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_USAGE
 from client.core.options import add_s3_endpoint_url
 from client.local.prompt_files import resolve_prompt_files
 from client.s3.manifest import Manifest
@@ -30,14 +31,19 @@ from client.s3.resume import read_manifests
 from client.s3.store import S3Error, S3Store, S3Url
 from client.status import fleet, local
 
-EXIT_OK, EXIT_ERROR, EXIT_STALE = 0, 2, 3
+# The one scheme (client.core.exit_codes), named for this tool's cases.
+EXIT_ERROR, EXIT_STALE = EXIT_USAGE, EXIT_NOT_DONE
 
 _EPILOG = """\
 examples:
   python -m client.status --s3 s3://my-bucket/regen/run1 --prompts data.jsonl   # every shard, fleet ETA
   python -m client.status --out runs/full --prompts data.jsonl                  # one host's --out
 
-exit codes: 0 printed, no shard stale; 2 bad options or unreadable; 3 a shard is stale (--s3)
+exit codes (one scheme for every tool: docs/exit-codes.md):
+  0    printed, no shard stale
+  2    bad options or an unreadable location
+  3    a shard is stale (--s3)
+  130  stopped by Ctrl-C or SIGTERM
 """
 
 
