@@ -188,11 +188,12 @@ def test_the_seeds_check_in_the_docs() -> None:
 @pytest.mark.parametrize(("body", "device"), [
     (b'{"accelerator": "NVIDIA B200", "num_accelerators": 1, "loads": [{}, {}]}', Device("NVIDIA B200", 2)),
     (b'{"accelerator": "NVIDIA B200", "num_accelerators": 2, "loads": [{}]}', Device("NVIDIA B200", 2)),  # TP=2
-    (b'{"accelerator": null, "num_accelerators": 1, "loads": [{}]}', Device(None, 1)),  # a CPU
+    (b'{"accelerator": null, "num_accelerators": 1, "loads": [{}]}', None),  # SGLang on a CPU: no GPU to count
+    (b'{"accelerator": "cpu", "num_accelerators": 1, "loads": [{}]}', Device("cpu", None)),
     (b'{"accelerator": "", "loads": [{}]}', None),
     (b'[1, 2]', None),
     (b'not json', None),
-], ids=["dp2", "tp2", "cpu", "nothing", "not-an-object", "not-json"])
+], ids=["dp2", "tp2", "cpu-null", "cpu", "nothing", "not-an-object", "not-json"])
 def test_device_from_v1_loads(body: bytes, device: Device | None) -> None:
     assert parse_device(body) == device
 

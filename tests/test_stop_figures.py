@@ -1,7 +1,8 @@
 """One figure, one answer, at a stop: the Ctrl-C summary counts the tokens the progress line counts (those of
 written replies, then those streamed that no record holds), names the requests cancelled in flight and
-counts them apart from the prompts never sent; and the live MTP accept length is the servers' tokens per
-verify step, which the audit's per-step figure of the same records matches. Real simulated servers."""
+counts them apart from the prompts never sent; the resume that follows has an ETA from the records done,
+never 0 while prompts are left; and the live MTP accept length is the servers' tokens per verify step,
+which the audit's per-step figure of the same records matches. Real simulated servers."""
 
 from __future__ import annotations
 

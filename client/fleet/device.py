@@ -3,7 +3,8 @@
 SGLang 0.5.23 (`entrypoints/v1_loads.py`) puts `accelerator` (the device's marketing name, e.g. "NVIDIA
 B200"; null on a CPU) and `num_accelerators` (the GPUs behind ONE DP rank: tp x pp, divided by the DP
 ranks under attention DP) beside the per-rank `loads`. The server's GPUs are therefore
-`num_accelerators` times its DP ranks (the entries of an unfiltered document). Pure parsing; the
+`num_accelerators` times its DP ranks (the entries of an unfiltered document). A server that names no
+device (SGLang on a CPU answers null) or the CPU has no GPUs to count. Pure parsing; the
 dispatcher calls it on the documents it polls anyway, and the run's GPU-hours and the estimate's
 hardware projection read the result.
 """
@@ -37,7 +38,8 @@ def parse_device(body: bytes) -> Device | None:
     per_rank = document.get("num_accelerators")
     ranks = document.get("loads")
     gpus = None
-    if type(per_rank) is int and per_rank > 0 and isinstance(ranks, list) and ranks:
+    on_gpu = accelerator is not None and accelerator.lower() != "cpu"
+    if on_gpu and type(per_rank) is int and per_rank > 0 and isinstance(ranks, list) and ranks:
         gpus = per_rank * len(ranks)
     if accelerator is None and gpus is None:
         return None
