@@ -20,6 +20,7 @@ from typing import IO, Any, TextIO, cast
 
 import orjson
 
+from argchecks.parser import ToolParser
 from prompts.normalize import ConvertError
 from prompts.schema import describe, validate_prompt
 
@@ -197,7 +198,7 @@ class Report:
 
 def build_parser(prog: str, description: str, input_help: str, default_prefix: str) -> argparse.ArgumentParser:
     example = f"example:\n  {prog} IN.jsonl --out prompts.jsonl --source my-set\n\n"
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         prog=prog,
         description=description,
         epilog=example + EXIT_CODES_HELP,

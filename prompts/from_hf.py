@@ -21,6 +21,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from argchecks.parser import ToolParser
 from prompts import from_openai, from_sharegpt
 from prompts.convert_io import (
     EXIT_CODES_HELP,
@@ -161,7 +162,7 @@ def add_common(parser: argparse.ArgumentParser, default_prefix: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     prog = "python -m prompts.from_hf"
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Convert a parquet or Arrow dataset with a `messages` column (OpenAI chat messages, as "
                     "Hugging Face chat datasets store them) or a ShareGPT `conversations` column to "

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 from tokenizers import Tokenizer
 
+from argchecks.parser import ToolParser
 from prompts.convert_io import EXIT_CODES_HELP, EXIT_USAGE, ConvertOptions, Item
 from prompts.from_hf import Row, TableError, add_common, iter_rows, run_rows
 from prompts.normalize import ConvertError, normalize_tools, record_id
@@ -188,7 +189,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
 
 def main(argv: list[str] | None = None) -> int:
     prog = "python -m prompts.from_tokenized"
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Turn a tokenized dataset (input_ids + loss_mask, parquet or Arrow) back into PromptRecord "
                     "JSONL: decode the prompt part, split it at the chat-template markers, drop the old response.",

@@ -11,7 +11,6 @@ same code always writes the same bytes; a test regenerates the file and compares
 
 from __future__ import annotations
 
-import argparse
 import random
 import string
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from argchecks.parser import ToolParser
 from prompts import sample_texts as tx
 from prompts.sample_dialogues import DIALOGUE_SYSTEM, DIALOGUES
 from prompts.sample_scenarios import SCENARIOS, Scenario
@@ -214,7 +214,7 @@ def render(records: list[PromptRecord]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         prog="python -m prompts.make_sample",
         description="Write the sample prompt set (deterministic: same code, same bytes).",
         epilog="exit codes: 0 written or up to date; 1 --check found the file out of date; 2 bad arguments",

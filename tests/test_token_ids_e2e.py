@@ -29,7 +29,7 @@ IDS = ("prompt_token_ids", "completion_token_ids")
 
 
 def _sim(*extra: str, tokenizer: bool = True, speed: float = 40.0) -> SimServerSpec:
-    args = ("--mean-tokens", "50", *(("--tokenizer", str(tiny_tokenizer_dir())) if tokenizer else ()), *extra)
+    args = ("--mean-tokens", "50", "--tokenizer", str(tiny_tokenizer_dir()) if tokenizer else "none", *extra)
     return SimServerSpec(max_running=8, speed=speed, extra_args=args)
 
 

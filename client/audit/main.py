@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from argchecks import float_in, positive_int
+from argchecks.parser import ToolParser
 from client.audit import loops
 from client.audit.accept import render as render_accept
 from client.audit.findings import LOCAL_REDO_ADVICE, S3_REDO_ADVICE, Finding, Thresholds, judge, share
@@ -181,8 +182,8 @@ def render(data: dict[str, Any], console: Console) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m client.audit", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ToolParser(prog="python -m client.audit", description=DESCRIPTION, epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", metavar="DIR|s3://BUCKET/PREFIX",
                         help="the run's --out directory (or its segments/), one segment file, or the S3 prefix")
     parser.add_argument("--prompts", action="append", metavar="FILE|DIR", type=Path,

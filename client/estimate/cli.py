@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from argchecks import non_empty_path, non_negative_float, positive_float, positive_int
+from argchecks.parser import ToolParser
 from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IN_FLIGHT, add_s3_endpoint_url
 from client.core.payload import SamplingSettings
 from client.fleet.options import add_network_options
@@ -125,8 +126,8 @@ def _hardware_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m client.estimate", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ToolParser(prog="python -m client.estimate", description=DESCRIPTION, epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", action="append", required=True, type=Path, metavar="FILE|DIR",
                         help="the PromptRecord JSONL set to project (.jsonl, .jsonl.gz, .jsonl.zst, or a directory "
                              "of them); repeat for several")

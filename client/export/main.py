@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from argchecks import float_in, positive_int
+from argchecks.parser import ToolParser
 from client.core.errors import NO_SPACE, ConfigError
 from client.core.exit_codes import EXIT_NO_ROOM, EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
 from client.core.options import add_s3_endpoint_url
@@ -93,7 +94,7 @@ exit codes:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         prog="python -m client.export", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write a run's results as the training set a drafter trainer reads: parquet, SpecForge "
                     "(conversations or pre-tokenized) or speculators JSONL, streamed; and check that the "

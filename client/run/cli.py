@@ -18,6 +18,7 @@ from argchecks import (
     positive_float,
     positive_int,
 )
+from argchecks.parser import ToolParser
 from client.core.options import (
     DEFAULT_CIRCUIT_FAILURES,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -90,7 +91,7 @@ def _part_mb(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         prog="python -m client.run", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from argchecks import positive_float
+from argchecks.parser import ToolParser
 from client.core.errors import ConfigError, InputError
 from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_USAGE
 from client.core.options import add_s3_endpoint_url
@@ -54,8 +55,8 @@ async def _read(url: S3Url, endpoint_url: str | None) -> list[Manifest]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m client.status", description=__doc__.split("\n\n")[0],
-                                     epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ToolParser(prog="python -m client.status", description=__doc__.split("\n\n")[0],
+                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--s3", metavar="s3://BUCKET/PREFIX", help="the prefix the clients sync to: every shard")
     where.add_argument("--out", metavar="DIR", help="a run's local --out directory: its segments, run.json and lock")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from argchecks.parser import ToolParser
 from launch.plan.compose import render_compose
 from launch.plan.errors import PlanError
 from launch.plan.layout import (
@@ -56,9 +57,9 @@ class _Group:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m launch.plan", description=_DESCRIPTION,
-                                epilog=_EPILOG.format(presets=", ".join(preset_names())),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ToolParser(prog="python -m launch.plan", description=_DESCRIPTION,
+                   epilog=_EPILOG.format(presets=", ".join(preset_names())),
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     g = _Group(p.add_argument_group("hardware"))
     g.add_argument("--preset", help="node type, a file in launch/presets/ (see below)")
     g.add_argument("--num-gpus", type=int, help="GPUs on the node (default: the preset's)")

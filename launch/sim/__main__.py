@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from argchecks import non_negative_float, non_negative_int, port_number, positive_float, positive_int, share
+from argchecks.parser import ToolParser
 from launch.sim.config import DEFAULT_MODEL_NAME, FaultRates, SimConfig
 from launch.sim.server import serve_forever
 from launch.sim.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
@@ -32,8 +33,8 @@ Fault rates are shares of one uniform draw per request, taken in the order liste
 def build_parser() -> argparse.ArgumentParser:
     d = SimConfig()
     f = FaultRates()
-    p = argparse.ArgumentParser(prog="python -m launch.sim", description=_DESCRIPTION, epilog=_EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ToolParser(prog="python -m launch.sim", description=_DESCRIPTION, epilog=_EPILOG,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("server")
     g.add_argument("--host", default=d.host, help="address to bind (default: %(default)s)")
     g.add_argument("--port", type=port_number, default=d.port, help="port to bind; 0 picks one (default: %(default)s)")
