@@ -26,13 +26,13 @@ from pathlib import Path
 from bench.report import emit
 from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
 from client.core.stats import RunStats
+from client.engine.session import Fleet
+from client.engine.swarm import Swarm
 from client.fleet.dispatcher import Dispatcher, DispatchSettings
 from client.fleet.startup import check_reachable
 from client.local.ledger import read_done_ids
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
-from client.run.fleet_session import Fleet
-from client.run.swarm import Swarm
 from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimFleet, SimServerSpec
 from tests.conftest import make_prompts, read_results

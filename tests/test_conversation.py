@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from client.core.records import Completion, ToolCall
-from client.run.conversation import (
+from client.engine.conversation import (
     Conversation,
     EventKey,
     divergence,

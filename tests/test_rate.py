@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from client.run.rate import RequestRate
+from client.engine.rate import RequestRate
 
 
 @pytest.mark.parametrize(("per_second", "starts", "at_least_s"), [

@@ -12,7 +12,7 @@ import pytest
 from client.core import redact
 from client.core.errors import ServerError, error_for_status
 from client.core.stats import RunStats
-from client.run.result_rows import failure_record
+from client.engine.result_rows import failure_record
 from client.s3.store import S3Store, S3Url
 from client.wire.urls import ServerURL
 from tests.conftest import make_prompts, read_failures, run_client

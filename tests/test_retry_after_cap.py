@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 
 from client.core.stats import RunStats
+from client.engine.retry import DEFAULT_MAX_RETRY_AFTER_S
 from client.run.console import progress_line
-from client.run.retry import DEFAULT_MAX_RETRY_AFTER_S
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client
 from tests.servers.harness import ServerGroup
 

@@ -18,13 +18,13 @@ from client.core.errors import RequestRejected, StreamDropped
 from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
 from client.core.records import Prompt
 from client.core.stats import RunStats
+from client.engine.retry import Abandoned, GenerationFailed, Generator, RetryPolicy
+from client.engine.session import Fleet
+from client.engine.swarm import Swarm
 from client.fleet.dispatcher import DOWN, Dispatcher
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
 from client.run import main as run_main
-from client.run.fleet_session import Fleet
-from client.run.retry import Abandoned, GenerationFailed, Generator, RetryPolicy
-from client.run.swarm import Swarm
 from client.wire.endpoint import Endpoint
 from tests.scripted_transport import Answer, ScriptedTransport, sse_reply
 

@@ -15,7 +15,7 @@ import pytest
 
 from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
 from client.core.records import Prompt
-from client.run.retry import WindowCut
+from client.engine.retry import WindowCut
 from tests.conftest import make_prompts, read_failures, read_results, run_client
 
 MAX_TOKENS = 400

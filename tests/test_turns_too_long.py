@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from client.run.turns import TurnLedger, too_long_conversations
+from client.engine.turns import TurnLedger, too_long_conversations
 from tests.conftest import read_failures, read_results, run_client
 from tests.servers.harness import ServerGroup
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from client.core.options import DEFAULT_MAX_ATTEMPTS
 from client.core.payload import SamplingSettings
 from client.core.stats import RunStats
+from client.engine.session import open_fleet
+from client.engine.swarm import RetryPolicy, Swarm, SwarmSettings
 from client.fleet.options import FleetConfig
 from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource
 from client.run.console import show_progress
-from client.run.fleet_session import open_fleet
-from client.run.swarm import RetryPolicy, Swarm, SwarmSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ def _note(line: str) -> None:
 async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Path,
                     make_sample: Callable[[int], tuple[Path, int]], *, prompt_paths: Sequence[Path],
                     max_attempts: int = DEFAULT_MAX_ATTEMPTS, progress_every_s: float = 10.0) -> CalibrationRun:
-    """Open the fleet as the run does (client.run.fleet_session), ask `make_sample(fleet slots)` for the sample
+    """Open the fleet as the run does (client.engine.session), ask `make_sample(fleet slots)` for the sample
     file, and run it into `out`. `prompt_paths`: the full set, where the preflight looks for tools."""
     stats = RunStats()
     async with open_fleet(fleet_cfg, settings, prompt_paths=prompt_paths, note=_note) as fleet:

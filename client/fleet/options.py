@@ -36,7 +36,7 @@ def network_from(args: argparse.Namespace) -> NetworkOptions:
 @dataclass(frozen=True, slots=True)
 class FleetConfig:
     """Everything that says how to reach and use the fleet, checked once by the tool's command line;
-    `open_fleet` (client.run.fleet_session) takes it whole."""
+    `open_fleet` (client.engine.session) takes it whole."""
 
     urls: tuple[str, ...]
     model: str | None = None

@@ -1,3 +1,3 @@
-"""`python -m client.run`: the main job. CLI, swarm, retry policy, turns, console, summary and the S3 wiring of a
-run.
+"""`python -m client.run`: the main job's command line, config, console, metrics, summary and S3 wiring; the
+engine it drives is client.engine.
 """

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_RETRY_AFTER_S, DEFAULT_SEGMENT_AGE_S
 from client.core.payload import SamplingSettings
+from client.engine.conversation import Turns
 from client.fleet.options import FleetConfig
-
-Turns = Literal["last", "all"]
 
 
 @dataclass(frozen=True, slots=True)

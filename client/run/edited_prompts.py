@@ -9,9 +9,9 @@ import asyncio
 import time
 from pathlib import Path
 
+from client.engine.turns import TurnLedger
 from client.local.edited import EditedScan, drop_results, find_edited
 from client.run.console import say
-from client.run.turns import TurnLedger
 
 SHOWN = 5
 

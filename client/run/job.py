@@ -17,6 +17,11 @@ from client.core.errors import ConfigError, InputError, RequestRejected
 from client.core.payload import RequestShape
 from client.core.records import Prompt
 from client.core.stats import RunStats, StatsSnapshot
+from client.engine.rate import RequestRate
+from client.engine.retry import LocalCount
+from client.engine.session import Fleet, open_fleet
+from client.engine.swarm import RetryPolicy, Swarm, SwarmOutcome, SwarmSettings
+from client.engine.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger, skip_too_long
 from client.local.estimate_file import expected_tokens_per_prompt
 from client.local.ledger import read_done_ids
 from client.local.prompt_files import resolve_prompt_files
@@ -29,17 +34,12 @@ from client.run.config import RunConfig
 from client.run.console import say, show_progress
 from client.run.edited_prompts import check_edited
 from client.run.exit_codes import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SYNC_PENDING
-from client.run.fleet_session import Fleet, open_fleet
 from client.run.metrics import MetricsServer
-from client.run.rate import RequestRate
-from client.run.retry import LocalCount
 from client.run.s3_wiring import drain, open_s3, register_s3
 from client.run.settings_gate import SettingsGate, check_sync_target
 from client.run.shard_auto import resolve_shard
 from client.run.stop import StopController
 from client.run.summary import print_summary
-from client.run.swarm import RetryPolicy, Swarm, SwarmOutcome, SwarmSettings
-from client.run.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger, skip_too_long
 from client.s3.uploader import SegmentUploader, SyncReport
 
 Companion = Callable[[], Coroutine[Any, Any, None]]

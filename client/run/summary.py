@@ -12,9 +12,9 @@ from pathlib import Path
 
 from client.core.durations import format_duration
 from client.core.stats import StatsSnapshot
+from client.engine.swarm import SwarmOutcome
 from client.local.source import SourceCounts
 from client.run.console import say
-from client.run.swarm import SwarmOutcome
 
 
 def print_summary(counts: SourceCounts, snap: StatsSnapshot, outcome: SwarmOutcome, failures_path: Path, *,

@@ -38,10 +38,10 @@ from rich.text import Text
 from client.core.durations import format_duration
 from client.core.errors import ConfigError
 from client.core.eta import LengthHistogram, eta
+from client.engine.conversation import parse_event_id
 from client.local.lock import LOCK_FILE, Holder, probe_lock
 from client.local.run_settings import read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
-from client.run.conversation import parse_event_id
 from client.status.fleet import RATE_WINDOW_S, count_prompts, eta_from
 
 # `<host>-<K>of<N>-<run id>-<seq>`: the run id is `YYYYmmddTHHMMSS-xxxx` (client.local.sink).

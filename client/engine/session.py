@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from client.core.payload import RequestShape, SamplingSettings
+from client.engine.fields import settle_fields
 from client.fleet.dispatcher import Dispatcher, DispatchSettings, Health
 from client.fleet.options import FleetConfig
 from client.fleet.startup import check_max_tokens, check_reachable, resolve_model
-from client.run.startup_fields import settle_fields
 from client.wire.endpoint import Endpoint
 
 # At start, how long to wait for a model list from endpoints that answer but are still loading.

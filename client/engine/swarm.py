@@ -11,7 +11,7 @@ exist. The producer closes the channel at the end of the prompts; a worker ends 
 closed and empty.
 
 `--turns last` (default) generates one turn per prompt. `--turns all` regenerates every assistant turn
-of a conversation in order, on the model's own history (client.run.conversation), one worker per
+of a conversation in order, on the model's own history (client.engine.conversation), one worker per
 conversation, so its turns run one after another and stay on one endpoint while it is healthy.
 
 Stop: dispatch ends at once, the requests in flight get a grace period, then they are cancelled; what
@@ -35,15 +35,14 @@ from client.core.payload import request_messages
 from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
 from client.core.window_count import record_miscount
+from client.engine.conversation import Conversation, Turns, event_id
+from client.engine.rate import RequestRate
+from client.engine.result_rows import failure_record, result_record
+from client.engine.retry import Abandoned, Generation, GenerationFailed, Generator, LocalCount, RetryPolicy
+from client.engine.session import Fleet
+from client.engine.turns import TurnLedger
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
-from client.run.config import Turns
-from client.run.conversation import Conversation, event_id
-from client.run.fleet_session import Fleet
-from client.run.rate import RequestRate
-from client.run.result_rows import failure_record, result_record
-from client.run.retry import Abandoned, Generation, GenerationFailed, Generator, LocalCount, RetryPolicy
-from client.run.turns import TurnLedger
 
 __all__ = ["RetryPolicy", "Swarm", "SwarmOutcome", "SwarmSettings"]
 

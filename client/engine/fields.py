@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -21,8 +22,13 @@ from client.fleet.kinds import kind_of
 from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.local.prompt_files import prompt_lines
-from client.run.console import say
 from client.wire.endpoint import Endpoint
+
+
+def say(message: str) -> None:
+    """A line on stderr (stdout stays free for a tool's own output)."""
+    print(message, file=sys.stderr, flush=True)
+
 
 # How far into the prompt set to look for a tool schema, so the preflight carries `tools` when the run will.
 _TOOL_LOOKAHEAD_LINES = 500

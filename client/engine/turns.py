@@ -19,11 +19,11 @@ from typing import Any
 import orjson
 
 from client.core.ids import leading_id, line_id
+from client.engine.conversation import parse_event_id, turn_positions
 from client.local.failures import read_too_long_ids
 from client.local.ledger import read_ids
 from client.local.prompt_files import prompt_lines
 from client.local.source import Shard
-from client.run.conversation import parse_event_id, turn_positions
 
 
 @dataclass

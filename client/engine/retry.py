@@ -31,8 +31,8 @@ from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_RETRY_AFTER_S
 from client.core.payload import RequestShape
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
+from client.engine.rate import RequestRate
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
-from client.run.rate import RequestRate
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
 
 # --tokenizer DIR: a prompt's token count by the model's own chat template and tokenizer, on this host.
@@ -175,7 +175,7 @@ class Generator:
         elif self.local_count is not None:
             # Rendering and encoding a long prompt takes milliseconds: off the event loop.
             counted = await asyncio.to_thread(self.local_count, prompt, messages)
-        else:  # refused at start (client.run.startup_fields); a guard, not a path
+        else:  # refused at start (client.engine.fields); a guard, not a path
             raise RuntimeError(f"{endpoint.url} cannot count prompt tokens")
         room = size - counted
         if room < 1:

@@ -8,7 +8,7 @@ from typing import Any
 
 from client.core.errors import AttemptError, FillsWindow
 from client.core.records import FailureRecord, Prompt, ResultRecord, prompt_sha256
-from client.run.retry import Generation
+from client.engine.retry import Generation
 
 
 def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]], generation: Generation, *,

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from client.core.records import Completion, ToolCall, Usage
 
 # The finish reasons of a turn the model ended itself; any other is not continued.
 ENDED_BY_ITSELF = ("stop", "tool_calls")
+Turns = Literal["last", "all"]  # --turns: the last assistant turn of each record, or every one
 _EVENT_ID = re.compile(r"(.+)#(\d+)(!?)\Z", re.DOTALL)  # any JSON string is an id, line breaks too
 
 
