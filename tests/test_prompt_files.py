@@ -163,6 +163,8 @@ def _empty_dir(base: Path) -> Path:
 
 
 INVALID = b'{"id": 1, "messages": []}\n{"messages": [{"role": "user", "content": "q"}]}\nnot json\n'
+SHAREGPT = b"".join(orjson.dumps({"id": f"s{i}", "conversations": [{"from": "human", "value": f"q {i}"}]}) + b"\n"
+                    for i in range(3))
 
 CLI_CASES = [
     CliCase("gzip", lambda b: write(b / "p.jsonl.gz", records(4)), (), 0, 4, ("done 4",)),
@@ -174,6 +176,9 @@ CLI_CASES = [
             ("holds one JSON array", "jq -c '.[]'", "p.jsonl")),
     CliCase("directory without prompt files", _empty_dir, (), 2, 0, ("the directory holds no prompt file",)),
     CliCase("missing file", lambda b: b / "nope.jsonl", (), 2, 0, ("no such file or directory",)),
+    CliCase("ShareGPT file", lambda b: write(b / "chats.jsonl.gz", SHAREGPT), (), 2, 0,
+            ("holds ShareGPT conversations", "Convert it first: python -m prompts.from_sharegpt",
+             "--out", "chats.prompts.jsonl")),
     CliCase("empty file", lambda b: write(b / "p.jsonl", b""), (), 0, 0,
             ("warning: nothing to do: the prompt file(s) hold no record at all",)),
     CliCase("empty file, --strict", lambda b: write(b / "p.jsonl", b"\n"), ("--strict",), 3, 0,

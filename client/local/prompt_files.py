@@ -4,9 +4,10 @@
 `*.jsonl.zst` files in sorted order. `.gz` is read with the stdlib's gzip, `.zst` with `zstandard`
 (streamed, never held whole). A leading UTF-8 BOM is dropped. A file that holds one JSON array rather
 than one record per line is refused at once (told by its first non-blank byte, `[`), with the command
-that converts it, instead of being reported as a thousand invalid lines. Every reader of prompt files
-(the source, the ETA count, the multi-turn count, the audit, the status tool) opens them through
-`prompt_lines`, so every one of them reads the same formats.
+that converts it, instead of being reported as a thousand invalid lines; so is a file whose first record
+is in another known shape (ShareGPT, OpenAI, Hugging Face rows, parquet: prompts.shapes), with its converter.
+Every reader of prompt files (the source, the ETA count, the multi-turn count, the audit, the status
+tool) opens them through `prompt_lines`, so every one of them reads the same formats.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
 
+import orjson
+
 from client.core.errors import ConfigError, InputError
+from prompts.shapes import convert_command, converter_for, converter_for_head
 
 PROMPT_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 BOM = b"\xef\xbb\xbf"
 _BUFFER = 1 << 20
 _SNIFF_BYTES = 1 << 16
+_SNIFF_LINE = 1 << 22  # a first record longer than this is not sniffed for its shape
 
 
 def _decompress_errors() -> tuple[type[BaseException], ...]:
@@ -182,4 +187,34 @@ def resolve_prompt_files(given: Sequence[Path], note: Callable[[str], None] | No
             raise ConfigError(json_array_message(path))
         if byte == b"":
             empty.append(path)
+        else:
+            _refuse_foreign_shape(path)
     return PromptFiles(paths, empty)
+
+
+def _first_line(path: Path) -> bytes:
+    """The file's first non-blank line (decompressed, after any BOM), at most _SNIFF_LINE bytes of it."""
+    errors = _decompress_errors()
+    try:
+        with _open_binary(path) as handle:
+            line = handle.readline(_SNIFF_LINE).removeprefix(BOM)
+            while line and not line.strip():
+                line = handle.readline(_SNIFF_LINE)
+            return line
+    except errors as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _refuse_foreign_shape(path: Path) -> None:
+    """ConfigError, with the command that converts the file, when its first record is in another known
+    shape (ShareGPT, OpenAI, Hugging Face rows, a parquet or Arrow table) rather than a PromptRecord."""
+    line = _first_line(path)
+    converter = converter_for_head(line)
+    if converter is None:
+        try:
+            converter = converter_for(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            return  # not JSON (or longer than the sniff): the source reports it with its line
+    if converter is not None:
+        raise ConfigError(f"--prompts {path}: it holds {converter.shape}, not PromptRecords. "
+                          f"Convert it first: {convert_command(converter, path)}")

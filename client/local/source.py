@@ -21,6 +21,7 @@ from client.core.ids import leading_id, line_id, not_utf8, shard_of
 from client.core.records import LineProblem, Prompt
 from client.local.prompt_files import prompt_lines
 from prompts.schema import validate_prompt
+from prompts.shapes import convert_command, converter_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,9 @@ class SourceCounts:
     other_shards: int = 0
     yielded: int = 0
     problems: list[LineProblem] = field(default_factory=list)
+    # The command that converts the first invalid record's file, when that record is in a known other shape
+    # (prompts.shapes): what to say when no record at all is valid.
+    convert_hint: str | None = None
 
     @property
     def valid(self) -> int:
@@ -73,8 +77,9 @@ class SourceCounts:
         if self.records == 0:
             return "the prompt file(s) hold no record at all (empty, or blank lines only)"
         if self.valid == 0:
+            hint = f". {self.convert_hint}" if self.convert_hint else ""
             return (f"none of the {self.records:,} record(s) in the prompt file(s) is valid "
-                    f"({self.invalid:,} invalid, {self.duplicates:,} duplicate id(s))")
+                    f"({self.invalid:,} invalid, {self.duplicates:,} duplicate id(s)){hint}")
         return None
 
 
@@ -159,6 +164,9 @@ class PromptSource:
             return None
         problem = validate_prompt(obj)
         if problem is not None:
+            if self.counts.convert_hint is None and (converter := converter_for(obj)) is not None:
+                self.counts.convert_hint = (f"{path} holds {converter.shape}: convert it first with "
+                                            f"{convert_command(converter, path)}")
             self._problem(path, number, problem)
             return None
         assert isinstance(obj, dict)
