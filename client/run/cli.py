@@ -34,6 +34,8 @@ from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
 from client.fleet.token_ids import TOKEN_IDS_CHOICES
+from client.local.out_dir import check_out_dir
+from client.local.prompt_files import resolve_prompt_files
 from client.run.config import RunConfig, S3Config, SimConfig, ViewConfig
 
 T = TypeVar("T")
@@ -124,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "(read in sorted order); repeat for several")
     data.add_argument("--out", required=True, type=non_empty_path, metavar="DIR",
                       help="results directory (segments/, failures/)")
+    data.add_argument("--allow-nonempty-out", action="store_true",
+                      help="write the run into an --out that already holds other files and no run (default: "
+                           "refuse it, exit 2: a run's segments/, failures/ and run.json belong in a directory of "
+                           "their own)")
     data.add_argument("--allow-settings-change", action="store_true",
                       help="resume even though the settings that shape the data (model, sampling, thinking, "
                            "--turns, the field set) differ from those in OUT/run.json; the change is appended "
@@ -279,8 +285,9 @@ def settings_from(args: argparse.Namespace) -> SamplingSettings:
 
 
 def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunConfig:
-    """Check the options against each other (misuse exits 2 with the usage line) and freeze them.
-    ConfigError (exit 2) when --endpoints @FILE cannot be read."""
+    """Check the options against each other (misuse exits 2 with one line) and freeze them. ConfigError (exit 2)
+    when --endpoints @FILE cannot be read, --out holds other files and no run, or a prompt file cannot be
+    used: all of it before any server starts."""
     if bool(args.endpoints) == bool(args.simulate):
         parser.error("give exactly one of --endpoints or --simulate N")
     if not args.s3 and (args.delete_uploaded or args.s3_gzip or args.s3_endpoint_url):
@@ -293,6 +300,8 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         parser.error("--tokenizer counts prompts for --train-window: it needs --train-window N")
     if args.redo_edited and args.s3:
         parser.error("--redo-edited rewrites local segments, and with --s3 they are uploaded (never rewritten)")
+    check_out_dir(Path(args.out), allow_nonempty=args.allow_nonempty_out)
+    resolve_prompt_files([Path(p) for p in args.prompts])  # missing, a JSON array, another shape: before any server
     fleet = FleetConfig(
         urls=tuple(parse_endpoints(args.endpoints)) if args.endpoints else (), model=args.model,
         api_key=args.api_key, network=network_from(args), max_in_flight=args.max_in_flight, slots=args.slots,
