@@ -8,7 +8,8 @@
 - Long options are never abbreviated (`--gpu 4` is not `--gpus 4`): a prefix is a typo like any other.
 - An error prints `PROG: error: MESSAGE` and one line on where the help is, and exits 2; the usage block
   (28 lines for `client.run`) is left to `--help`.
-The help itself is wrapped at 100 columns at most, whatever the terminal's width.
+The help itself is wrapped at 100 columns at most, whatever the terminal's width: raw descriptions and
+epilogs too, a long line hanging under its text and a long command continued with a backslash.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import difflib
 import re
 import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -25,10 +27,79 @@ HELP_WIDTH = 100
 _NUMBER = re.compile(r"-\d|-\.\d")
 
 
+_HANG = re.compile(r"(\s*)(?:\S+(?: \S+)?\s{2,}(?=\S))?")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _is_command(line: str) -> bool:
+    return line.strip().startswith(("python ", "regen-", "$ ", ".venv/"))
+
+
+def _wrap_command(block: list[str], limit: int) -> list[str]:
+    """A shell command (with its backslash-continued lines) rewrapped, continued with a backslash."""
+    words = " ".join(line.strip().removesuffix("\\").strip() for line in block).split()
+    units: list[str] = []  # an option and its value stay on one line: joined by NUL until wrapped
+    for word in words:
+        if units and units[-1].startswith("--") and "\0" not in units[-1] and not word.startswith("-"):
+            units[-1] += "\0" + word
+        else:
+            units.append(word)
+    indent = " " * _indent(block[0])
+    pieces = textwrap.wrap(" ".join(units), limit - 2, initial_indent=indent, subsequent_indent=indent + "    ",
+                           break_long_words=False, break_on_hyphens=False)
+    pieces = [piece.replace("\0", " ") for piece in pieces]
+    return [piece + " \\" for piece in pieces[:-1]] + pieces[-1:]
+
+
+def reflow(text: str, limit: int = HELP_WIDTH) -> str:
+    """Raw help text with no line over `limit`: a block with a longer line is rewrapped, and only such a
+    block. A block is a line and the lines after it at its hanging indent (under the text after a leading
+    term and two or more spaces, `  1    OUT was ...`, else at its own indent); a shell command (`python
+    ...`) and its backslash-continued lines are one block, continued with a backslash."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        j = i + 1
+        if _is_command(line):
+            while lines[j - 1].rstrip().endswith("\\") and j < len(lines):
+                j += 1
+            block = lines[i:j]
+            out.extend(_wrap_command(block, limit) if any(len(b) > limit for b in block) else block)
+        elif line.strip():
+            lead = _HANG.match(line)
+            hang = len(lead.group(0)) if lead is not None else _indent(line)
+            while j < len(lines) and lines[j].strip() and _indent(lines[j]) == hang and not _is_command(lines[j]):
+                j += 1
+            block = lines[i:j]
+            if any(len(b) > limit for b in block):
+                joined = block[0].rstrip() + "".join(" " + b.strip() for b in block[1:])
+                out.extend(textwrap.wrap(joined, limit, subsequent_indent=" " * hang, break_long_words=False,
+                                         break_on_hyphens=False))
+            else:
+                out.extend(block)
+        else:
+            out.append(line)
+        i = j
+    return "\n".join(out)
+
+
 def _capped(formatter: type[argparse.HelpFormatter]) -> Callable[[str], argparse.HelpFormatter]:
+    """The tool's formatter at HELP_WIDTH columns at most; raw text (descriptions, epilogs) wrapped too."""
+
+    class Capped(formatter):  # type: ignore[valid-type,misc]
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            filled: str = super()._fill_text(text, width, indent)
+            return reflow(filled)
+
     def make(prog: str) -> argparse.HelpFormatter:
         width = min(shutil.get_terminal_size().columns, HELP_WIDTH) - 2
-        return formatter(prog, width=width)
+        made: argparse.HelpFormatter = Capped(prog, width=width)
+        return made
 
     return make
 

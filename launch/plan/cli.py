@@ -43,7 +43,8 @@ examples:
   python -m launch.plan --num-gpus 2 --gpu-memory-gib 48 --dtype fp8
   python -m launch.plan --compose > docker-compose.yml     (every preset, as compose profiles)
 
-presets: {presets}  (launch/presets/NAME.toml; add a file to add a node type)"""
+presets: {presets}
+(one file each in launch/presets/NAME.toml; add a file to add a node type)"""
 
 
 class _Group:
