@@ -148,6 +148,12 @@ def test_bad_tokenizer_and_missing_template(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "client.export", str(tmp_path / "run"), "--tokenizer",
                            str(tmp_path / "none"), "--out", str(tmp_path / "o.parquet")],
                           cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and f"--tokenizer {tmp_path / 'none'}: no such file or directory" in proc.stderr
+    assert "or `sim` for a run of the simulated fleet" in proc.stderr
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "client.export", str(tmp_path / "run"), "--tokenizer",
+                           str(tmp_path / "empty"), "--out", str(tmp_path / "o.parquet")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "cannot load" in proc.stderr
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("results", metavar="DIR|s3://BUCKET/PREFIX", help="the run's results (as for client.audit)")
     parser.add_argument("--tokenizer", required=True, type=Path, metavar="PATH",
                         help="model or tokenizer directory (tokenizer.json + tokenizer_config.json with the chat "
-                             "template), or a tokenizer.json file")
+                             "template), or a tokenizer.json file; sim: the simulated fleet's tokenizer")
     parser.add_argument("--chat-template", type=Path, metavar="FILE",
                         help="the trainer's Jinja chat template, instead of the tokenizer's: re-renders rows "
                              "without ids and is checked against the rows with ids")

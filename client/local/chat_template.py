@@ -43,6 +43,26 @@ def _token_text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+SIM_TOKENIZER = "sim"
+
+
+def tokenizer_path(path: Path) -> Path:
+    """`--tokenizer` as a path: `sim` names the simulated fleet's tokenizer (launch.sim.tiny_tokenizer, built
+    on first use); a path that does not exist is a ConfigError that says what to give."""
+    if path.exists():
+        return path
+    if str(path) == SIM_TOKENIZER:
+        from launch.sim.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
+
+        try:
+            return tiny_tokenizer_dir()
+        except TinyTokenizerError as exc:
+            raise ConfigError(f"--tokenizer sim: {exc}") from exc
+    raise ConfigError(f"--tokenizer {path}: no such file or directory. Give the served model's tokenizer: a folder "
+                      "with its tokenizer.json and tokenizer_config.json (a model name is not read from the network; "
+                      "see docs/export.md), or `sim` for a run of the simulated fleet")
+
+
 class ChatTokenizer:
     """A `tokenizers` tokenizer plus the chat template and end-of-turn token of its model directory."""
 
@@ -62,7 +82,9 @@ class ChatTokenizer:
 
     @classmethod
     def load(cls, path: Path, template_path: Path | None = None) -> ChatTokenizer:
-        """From a model directory (tokenizer.json + tokenizer_config.json) or a tokenizer.json file."""
+        """From a model directory (tokenizer.json + tokenizer_config.json) or a tokenizer.json file; `sim`
+        (when no such path exists) is the simulated fleet's tiny tokenizer."""
+        path = tokenizer_path(path)
         folder = path if path.is_dir() else path.parent
         file = path / "tokenizer.json" if path.is_dir() else path
         try:

@@ -115,6 +115,10 @@ class ResultSink:
         self._lock = threading.Lock()
         self._rotating = threading.Lock()  # segments are finished in order, one thread at a time
         self._error: SinkError | None = None
+        # Records written without the server's token ids, loops apart (a loop stopped mid-stream never has
+        # them): the summary says so under --token-ids auto.
+        self.without_ids = 0
+        self.written = 0
 
     @staticmethod
     def prepare(out_dir: Path) -> None:
@@ -154,6 +158,9 @@ class ResultSink:
                 self._broken = True
                 raise SinkError(f"cannot append to {self._path}: {exc.strerror or exc}") from exc
             self._ids.append(record["id"])
+            self.written += 1
+            if "completion_token_ids" not in record and record.get("finish_reason") != "repetition":
+                self.without_ids += 1
             self._bytes += len(line)
             self._tokens += int(record["usage"].get("completion_tokens", 0))
             if self._bytes >= self.max_segment_bytes:

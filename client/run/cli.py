@@ -43,16 +43,17 @@ T = TypeVar("T")
 DESCRIPTION = """\
 Regenerate every completion of a prompt set with one target model on a fleet of SGLang (or vLLM)
 servers. Results are appended to JSONL segments under --out (and, with --s3, uploaded to S3 as they
-close); running the same command again continues where the last run stopped and never sends a done id
-twice, even from a fresh host with an empty --out when --s3 holds the results.
+close); running the same command again continues where the last run stopped and never sends a done
+id twice, even from a fresh host with an empty --out when --s3 holds the results.
 """
 
 EPILOG = """\
 examples:
   python -m client.run --simulate 4 --prompts prompts/sample.jsonl --out runs/demo
-  python -m client.run --endpoints @endpoints.txt --prompts data.jsonl --out runs/full --gpus 8
-  python -m client.run --endpoints @endpoints.txt --prompts data.jsonl --out runs/full \
+  python -m client.run --endpoints @runs/servers/endpoints.txt --prompts data.jsonl --out runs/full
+  python -m client.run --endpoints @runs/servers/endpoints.txt --prompts data.jsonl --out runs/full \\
       --s3 s3://my-bucket/regen/run1 --shard 0/2        # on a second host: --shard 1/2
+  (runs/servers/endpoints.txt is what launch/start_servers.sh writes on the GPU node)
 
 exit codes:
   0    every valid prompt is done
@@ -60,7 +61,7 @@ exit codes:
        longer than the context (too_long) are reported apart and alone do not make the exit code 1
   2    bad options, unreachable endpoints, unknown model, unwritable --out, or a live writer of this
        shard on the --s3 prefix; nothing was sent
-  3    bad input and --strict was given
+  3    bad input: an invalid record under --strict, or no valid record at all
   4    results could not be written (disk full or read-only); free space and run again
   5    the run ended, but some segments are not in S3 yet (S3 unreachable); run again to upload them
        (a segment over one PUT on a store without multipart uploads is named above: see docs/s3.md)

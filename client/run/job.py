@@ -35,6 +35,7 @@ from client.run.console import say, show_progress
 from client.run.edited_prompts import check_edited
 from client.run.exit_codes import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SYNC_PENDING
 from client.run.metrics import MetricsServer
+from client.run.next_steps import RunOutput, print_next_steps
 from client.run.s3_wiring import drain, open_s3, register_s3
 from client.run.settings_gate import SettingsGate, check_sync_target
 from client.run.shard_auto import resolve_shard
@@ -83,6 +84,7 @@ class Run:
         self.sink: ResultSink | None = None
         self.fleet: Fleet | None = None
         self._companions: list[Companion] = []
+        self._done_before = 0  # records under --out before this run
         self._local_count = local_counter(cfg.tokenizer, cfg.sampling.enable_thinking) if cfg.tokenizer else None
 
     # -- prepare ---------------------------------------------------------------------------------------
@@ -105,6 +107,7 @@ class Run:
         paths = prompt_files.paths
         shard, shard_source = resolve_shard(cfg.shard, cfg.shard_count, os.environ, note=say)
         done_ids, scan = read_done_ids(cfg.out / "segments")
+        self._done_before = len(done_ids)
         if scan.segments:
             repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
             corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
@@ -280,9 +283,13 @@ class Run:
         if no_valid is not None:
             if self.cfg.strict:
                 raise InputError(f"{no_valid}; stopping because of --strict")
-            say(f"warning: nothing was generated: {no_valid}")
+            raise InputError(f"nothing was generated: {no_valid}")
         if self.uploader is not None and self.uploader.fatal is not None:
             raise self.uploader.fatal
+        print_next_steps(RunOutput(self.cfg.out, records=self._done_before + sink.written, written=sink.written,
+                                   without_ids=sink.without_ids, token_ids=self.cfg.fleet.token_ids,
+                                   simulated=self.cfg.simulate is not None, failures=sink.failures_path),
+                         interrupted=outcome.interrupted)
         if outcome.interrupted:
             say("interrupted: run the same command again to continue where this one stopped")
             return EXIT_INTERRUPTED
