@@ -117,7 +117,7 @@ def test_a_streaming_run_records_the_exact_reply_tool_call_and_ids(ids_run: dict
 def test_the_start_up_names_sglang_and_its_id_fields(ids_run: dict[str, Any]) -> None:
     stderr = ids_run["result"].stderr
     assert "servers: sglang x2" in stderr
-    assert ("--token-ids on: 2 streaming with ids (return_input_ids_in_sglext, return_output_ids_in_sglext, "
+    assert ("--token-ids on: 2 endpoint(s) asked for ids (return_input_ids_in_sglext, return_output_ids_in_sglext, "
             "return_spec_tokens_details, return_cached_tokens_details)") in stderr
     assert "preflight: 2 of 2 answering endpoint(s) took the run's request shape" in stderr
     # Real SGLang's /server_info names the tool-call parser (tests/engines/sglang_server.py serves with qwen).

@@ -163,5 +163,5 @@ def test_the_start_up_line_names_the_id_fields_each_server_gets() -> None:
     requests = [id_request(f"http://127.0.0.1:{port}", kind_of(kind), "auto", VLL)
                 for port, kind in ((9, "sglang"), (10, "vllm"), (11, "other"))]
     line = describe("auto", requests)
-    assert line == ("--token-ids auto: 1 streaming with ids (" + ", ".join(SGLANG_REQUEST_FIELDS) + "); "
-                    "1 streaming with ids (return_token_ids); 1 streaming without ids")
+    assert line == ("--token-ids auto: 1 endpoint(s) asked for ids (" + ", ".join(SGLANG_REQUEST_FIELDS) + "); "
+                    "1 endpoint(s) asked for ids (return_token_ids); 1 not asked")

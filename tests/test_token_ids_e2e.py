@@ -51,7 +51,7 @@ def test_ids_on_decode_as_the_template_renders_and_export_exactly(tmp_path: Path
     result = run_client(["--endpoints", fleet.urls[0], "--prompts", str(prompts), "--out", str(out),
                          "--token-ids", "on", "--max-tokens", "80", "--max-in-flight", "8"])
     assert result.code == 0, result.stderr[-3000:]
-    assert ("--token-ids on: 1 streaming with ids (return_input_ids_in_sglext, return_output_ids_in_sglext, "
+    assert ("--token-ids on: 1 endpoint(s) asked for ids (return_input_ids_in_sglext, return_output_ids_in_sglext, "
             "return_spec_tokens_details, return_cached_tokens_details)") in result.stderr
     records = read_results(out)
     assert len(records) == 40

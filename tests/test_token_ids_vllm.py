@@ -64,8 +64,8 @@ def test_token_ids_option_on_vllm_keeps_streaming(vllm_scripted: VLLMServer, tmp
     result = run_client(["--endpoints", vllm_scripted.url, "--prompts", str(prompts), "--out", str(out),
                          "--max-tokens", "64", "--token-ids", mode], timeout=120)
     assert result.code == 0, result.stderr[-3000:]
-    assert (f"--token-ids {mode}: 1 streaming with ids" if with_ids
-            else f"--token-ids {mode}: 1 streaming without ids") in result.stderr
+    assert (f"--token-ids {mode}: 1 endpoint(s) asked for ids" if with_ids
+            else f"--token-ids {mode}: 1 not asked") in result.stderr
     records = read_results(out)
     assert len(records) == 3
     for record in records:

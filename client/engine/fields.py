@@ -19,7 +19,7 @@ from client.core.errors import AttemptError, ConfigError, RequestRejected
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
 from client.fleet.kinds import kind_of
-from client.fleet.preflight import check_settings_fit, detect_kind, field_policy, preflight
+from client.fleet.preflight import PreflightResult, check_settings_fit, detect_kind, field_policy, preflight
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.local.prompt_files import prompt_lines
 from client.wire.endpoint import Endpoint
@@ -135,4 +135,19 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
         shape = await _count_once(answering, shape, probe, counts_locally=counts_locally, note=note)
     passed = sum(result.ok for result in results)
     note(f"preflight: {passed} of {len(answering)} answering endpoint(s) took the run's request shape")
+    if token_ids == "auto" and passed:
+        note(ids_outcome([result for result in results if result.ok]))
     return shape
+
+
+def ids_outcome(results: Sequence[PreflightResult]) -> str:
+    """Under --token-ids auto, what the records will carry: the preflight answers say which servers give ids."""
+    given = sum(result.ids for result in results)
+    if given == len(results):
+        return (f"--token-ids auto: the records will carry the servers' token ids (all {given} answering "
+                "endpoint(s) gave them in the preflight)")
+    if given == 0:
+        return (f"--token-ids auto: the records will carry no token ids (none of the {len(results)} answering "
+                "endpoint(s) gave them in the preflight); client.export re-renders their text with --tokenizer")
+    return (f"--token-ids auto: records will carry token ids from {given} of {len(results)} answering endpoint(s) "
+            "(those that gave them in the preflight); the rest are re-rendered by client.export")

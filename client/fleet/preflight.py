@@ -107,6 +107,7 @@ class PreflightResult:
     url: str
     kind: str
     ok: bool
+    ids: bool = False  # the answer carried the server's token ids
 
 
 async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], dict[str, Any]],
@@ -135,7 +136,8 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
             return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER.name), ok=False)
         if require_ids and not completion.completion_token_ids:
             raise no_ids_refusal(endpoint.url, kinds.get(endpoint.url, OTHER.name))
-        return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER.name), ok=True)
+        return PreflightResult(endpoint.url, kinds.get(endpoint.url, OTHER.name), ok=True,
+                               ids=bool(completion.completion_token_ids))
 
     return list(await asyncio.gather(*(one(endpoint) for endpoint in endpoints)))
 

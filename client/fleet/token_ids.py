@@ -90,14 +90,15 @@ def id_request(url: str, kind: ServerProfile, mode: str, policy: FieldPolicy) ->
 
 
 def describe(mode: str, requests: Sequence[IdRequest]) -> str:
-    """One line for the start-up log: where the ids come from."""
+    """One line for the start-up log: which endpoints are asked for the ids, and with which fields (what the
+    records will carry follows the preflight: client.engine.fields.ids_outcome)."""
     by_fields: dict[str, int] = {}
     for request in requests:
         fields = ", ".join(request.fields)
         by_fields[fields] = by_fields.get(fields, 0) + 1
-    parts = [f"{count} streaming with ids ({fields})" for fields, count in by_fields.items() if fields]
+    parts = [f"{count} endpoint(s) asked for ids ({fields})" for fields, count in by_fields.items() if fields]
     if "" in by_fields:
-        parts.append(f"{by_fields['']} streaming without ids")
+        parts.append(f"{by_fields['']} not asked")
     return f"--token-ids {mode}: " + "; ".join(parts)
 
 
