@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from client.core.durations import format_duration
-from client.core.stats import StatsSnapshot, SyncView
+from client.core.stats import EndpointSnapshot, StatsSnapshot, SyncView
 
 _STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 
@@ -115,22 +115,20 @@ def progress_line(snap: StatsSnapshot) -> str:
     ) + "".join(f" | {e.url} {e.state}: {e.last_error}" for e in snap.endpoints if e.state != "up")
 
 
-def _head(snap: StatsSnapshot) -> Table:
+def _head_rows(snap: StatsSnapshot) -> tuple[list[Text], list[Text]]:
+    """The head's two rows of figures (the progress bar apart)."""
     total = "?" if snap.total is None else f"{snap.total:,}"
     share = f" {snap.done / snap.total:.1%}" if snap.total else ""
-    bar = ProgressBar(total=float(snap.total or 0) or None, completed=float(snap.done + snap.failed), width=36)
-    head = Table.grid(padding=(0, 2))
     gpu_hours = _gpu_hours(snap)
-    head.add_row(
-        bar,
+    first = [
         Text(f"done {snap.done:,}/{total}{share}", style="bold"),
         Text(f"tokens {_tokens(snap)}"),
         Text(f"elapsed {format_duration(snap.elapsed_s)}"),
         Text(f"ETA {format_duration(snap.eta_s)}", style="bold"),
         Text(f"GPU-h {NO_GPUS}" if gpu_hours is None else f"GPU-h {gpu_hours}"),
-    )
+    ]
     servers = "" if snap.server_tokens_per_s is None else f"  servers {_rate(snap.server_tokens_per_s)}"
-    head.add_row(
+    second = [
         Text(f"tok/s {_rate(snap.tokens_per_s_short)} now  {_rate(snap.tokens_per_s_long)} 5-min{servers}",
              style="bold cyan"),
         Text(f"in flight {snap.in_flight:,}" + ("" if _waiting(snap) is None else f"  {_waiting(snap)}"),
@@ -140,36 +138,80 @@ def _head(snap: StatsSnapshot) -> Table:
         Text("" if snap.cache_hit is None else f"cache hit {_share(snap.cache_hit)}"),
         Text("" if snap.accept_length is None else f"MTP accept length {_accept(snap)}"),
         Text("" if snap.sync is None else f"sync {sync_text(snap.sync)}"),
-    )
-    return head
+    ]
+    return first, second
 
 
+def _head(snap: StatsSnapshot, width: int | None = None) -> Table | Group:
+    """The progress bar and the run's figures: a grid of two rows on a wide terminal (`width` None or at least
+    FULL_WIDTH), else the bar beside the count and the other figures packed into lines of `width`, broken
+    between figures, never inside one."""
+    first, second = _head_rows(snap)
+    if width is None or width >= FULL_WIDTH:
+        bar = ProgressBar(total=float(snap.total or 0) or None, completed=float(snap.done + snap.failed), width=36)
+        head = Table.grid(padding=(0, 2))
+        head.add_row(bar, *first)
+        head.add_row(*second)
+        return head
+    bar = ProgressBar(total=float(snap.total or 0) or None, completed=float(snap.done + snap.failed),
+                      width=20)
+    head = Table.grid(padding=(0, 2))
+    head.add_row(bar, first[0])
+    lines: list[Text] = []
+    for figure in (text for text in [*first[1:], *second] if text.plain):
+        if lines and lines[-1].cell_len + 2 + figure.cell_len <= width:
+            lines[-1].append("  ").append_text(figure)
+        else:
+            lines.append(figure.copy())
+    return Group(head, *lines)
+
+
+# Every column of the endpoint table, and the ones kept on narrower terminals (the rest still show in the
+# plain progress line and on /metrics).
 _COLUMNS = ("endpoint", "state", "in flight", "slots", "srv run", "srv queue", "tok/s", "srv tok/s", "KV",
             "cache hit", "done", "errors", "last error")
+_MEDIUM = ("endpoint", "state", "in flight", "slots", "tok/s", "KV", "cache hit", "done", "errors")
+_NARROW = ("endpoint", "state", "in flight", "tok/s", "done", "errors")
+FULL_WIDTH = 150  # the full table and the head's grid need about this many columns
+MEDIUM_WIDTH = 100
 
 
-def render(snap: StatsSnapshot) -> Group:
+def _cells(e: EndpointSnapshot, short_url: bool) -> dict[str, str | Text]:
+    return {
+        "endpoint": e.url.split("://", 1)[-1] if short_url else e.url,
+        "state": Text(e.state, style=_STATE_STYLE.get(e.state, "")),
+        "in flight": str(e.in_flight),
+        "slots": "-" if e.capacity is None else str(e.capacity),
+        "srv run": "-" if e.server_running is None else str(e.server_running),
+        "srv queue": "-" if e.server_waiting is None else str(e.server_waiting),
+        "tok/s": _rate(e.tokens_per_s),
+        "srv tok/s": _rate(e.server_tokens_per_s),
+        "KV": _share(e.token_usage),
+        "cache hit": _share(e.cache_hit),
+        "done": f"{e.done:,}",
+        "errors": str(e.errors),
+        "last error": Text(e.last_error[:60], style="dim"),
+    }
+
+
+def render(snap: StatsSnapshot, width: int | None = None) -> Group:
+    """The live view at a terminal `width` (None: wide): below FULL_WIDTH the head stacks and the endpoint
+    table keeps fewer columns (below MEDIUM_WIDTH: the essentials, the URL without its scheme), and an
+    endpoint's last error goes under the table."""
+    full = width is None or width >= FULL_WIDTH
+    columns = _COLUMNS if width is None or full else _MEDIUM if width >= MEDIUM_WIDTH else _NARROW
     table = Table(expand=False, show_edge=False, header_style="bold")
-    for column in _COLUMNS:
-        table.add_column(column, justify="left" if column in ("endpoint", "state", "last error") else "right")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("endpoint", "state", "last error") else "right",
+                         no_wrap=column == "endpoint")
     for e in snap.endpoints:
-        table.add_row(
-            e.url,
-            Text(e.state, style=_STATE_STYLE.get(e.state, "")),
-            str(e.in_flight),
-            "-" if e.capacity is None else str(e.capacity),
-            "-" if e.server_running is None else str(e.server_running),
-            "-" if e.server_waiting is None else str(e.server_waiting),
-            _rate(e.tokens_per_s),
-            _rate(e.server_tokens_per_s),
-            _share(e.token_usage),
-            _share(e.cache_hit),
-            f"{e.done:,}",
-            str(e.errors),
-            Text(e.last_error[:60], style="dim"),
-        )
+        cells = _cells(e, short_url=not full)
+        table.add_row(*(cells[column] for column in columns))
     errors = ", ".join(f"{kind} {count}" for kind, count in sorted(snap.errors_by_kind.items()))
-    parts: list[Table | Text] = [_head(snap), table]
+    parts: list[Table | Text | Group] = [_head(snap, width), table]
+    if not full:
+        parts.extend(Text(f"{e.url} {e.state}: {e.last_error[:200]}", style="dim")
+                     for e in snap.endpoints if e.last_error)
     if errors:
         parts.append(Text(f"errors: {errors}", style="dim"))
     return Group(*parts)
@@ -192,13 +234,13 @@ async def show_progress(
             await asyncio.sleep(plain_every_s)
             print(progress_line(snapshot()), file=out, flush=True)
     console = Console(file=out)
-    with Live(render(snapshot()), console=console, refresh_per_second=4, transient=False) as view:
+    with Live(render(snapshot(), console.width), console=console, refresh_per_second=4, transient=False) as view:
         try:
             while True:
                 await asyncio.sleep(refresh_s)
-                view.update(render(snapshot()))
+                view.update(render(snapshot(), console.width))
         finally:
-            view.update(render(snapshot()), refresh=True)  # leave the final figures on screen
+            view.update(render(snapshot(), console.width), refresh=True)  # leave the final figures on screen
 
 
 def say(message: str) -> None:
