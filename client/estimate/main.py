@@ -100,7 +100,7 @@ def _simulated(args: argparse.Namespace) -> Iterator[tuple[str, ...]]:
 
 
 def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Measurements, Census, dict[str, Any]]:
-    out: Path = args.out or Path(f"estimate-{new_run_id()}")
+    out: Path = args.out or Path("runs") / f"estimate-{new_run_id()}"
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
