@@ -63,3 +63,27 @@ def test_the_verdict_line_says_truncation_is_expected(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert "verdict: HEALTHY (3 completion(s) cut off by max_tokens: truncated, which is expected, not broken)" \
         in proc.stdout
+
+
+def _window_cut(record_id: str) -> dict[str, Any]:
+    """A reply that ended at its --train-window room (600 of the window's 4,096, below max_tokens 8,192)."""
+    return result(record_id, finish_reason="length", completion_tokens=600,
+                  usage={"prompt_tokens": 3496, "completion_tokens": 600},
+                  train_window={"size": 4096, "prompt_tokens": 3496, "max_tokens": 600})
+
+
+@pytest.mark.parametrize(("by_max_tokens", "by_window", "says"), [
+    (3, 0, "(3 completion(s) cut off by max_tokens: truncated, which is expected, not broken)"),
+    (0, 3, "(3 completion(s) ended at their --train-window room: what the trainer keeps, not broken)"),
+    (2, 1, "(3 completion(s) cut off: 2 by max_tokens, 1 at their --train-window room; expected, not broken)"),
+])
+def test_the_verdict_line_says_where_replies_were_cut(tmp_path: Path, by_max_tokens: int, by_window: int,
+                                                       says: str) -> None:
+    records = [result(f"g{i}") for i in range(20)]
+    records += [result(f"t{i}", finish_reason="length") for i in range(by_max_tokens)]
+    records += [_window_cut(f"w{i}") for i in range(by_window)]
+    write_segment(tmp_path / "run", records)
+    proc = subprocess.run([sys.executable, "-m", "client.audit", str(tmp_path / "run")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert f"verdict: HEALTHY {says}" in " ".join(proc.stdout.split())

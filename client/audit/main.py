@@ -176,8 +176,16 @@ def render(data: dict[str, Any], console: Console) -> None:
         console.print(f"[{style}]{finding['level'].upper()}[/{style}] {finding['message']}", highlight=False)
     colour = {"healthy": "green", "broken": "bold red", "incomplete": "yellow"}[data["verdict"]]
     cut = data["finish_reasons"].get("length", 0)
-    expected = (f" ({cut:,} completion(s) cut off by max_tokens: truncated, which is expected, not broken)"
-                if cut and data["verdict"] != "broken" else "")
+    window = min(data["cut_by_train_window"], cut)  # of the `length` replies, those the window's room ended
+    if not cut or data["verdict"] == "broken":
+        expected = ""
+    elif not window:
+        expected = f" ({cut:,} completion(s) cut off by max_tokens: truncated, which is expected, not broken)"
+    elif window == cut:
+        expected = f" ({cut:,} completion(s) ended at their --train-window room: what the trainer keeps, not broken)"
+    else:
+        expected = (f" ({cut:,} completion(s) cut off: {cut - window:,} by max_tokens, {window:,} at their "
+                    "--train-window room; expected, not broken)")
     console.print(f"[{colour}]verdict: {data['verdict'].upper()}[/{colour}]{expected}", highlight=False)
 
 
