@@ -43,8 +43,12 @@ test: engines lint
 test-fast: setup
 	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)"
 
+# The README's first run, to the training file: regenerate the sample on four simulated servers, audit it,
+# and export it with the simulated fleet's tokenizer (`--tokenizer sim`).
 demo: setup
 	$(BIN)/python -m client.run --simulate 4 --prompts prompts/sample.jsonl --out runs/demo
+	$(BIN)/python -m client.audit runs/demo
+	$(BIN)/python -m client.export runs/demo --tokenizer sim --out runs/demo.parquet
 
 clean:
-	rm -rf runs/demo .cache/junit.xml
+	rm -rf runs/demo runs/demo.parquet .cache/junit.xml

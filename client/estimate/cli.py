@@ -26,8 +26,8 @@ the results of a partial run without sending anything.
 
 EPILOG = """\
 examples:
-  python -m client.estimate --endpoints @endpoints.txt --prompts data.jsonl --sample 2% --gpus 8
-  python -m client.estimate --endpoints @endpoints.txt --prompts sample.jsonl --set-size 914000 --project b200x8
+  python -m client.estimate --endpoints @runs/servers/endpoints.txt --prompts data.jsonl --sample 2% --gpus 8
+  python -m client.estimate --endpoints @runs/servers/endpoints.txt --prompts sample.jsonl --set-size 914000 --project b200x8
   python -m client.estimate --simulate 4 --prompts prompts/sample.jsonl --set-size 914000 --gpu-kind rtx-pro-6000
   python -m client.estimate --from-results runs/full --prompts data.jsonl --gpus 8 --json
   python -m client.estimate --from-results runs/full --prompts data.jsonl --gpus 8 --train-window 4096
