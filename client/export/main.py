@@ -223,9 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rows == "conversation" and not FORMATS[args.format].conversation_rows:
         parser.error("--rows conversation needs --format specforge: the server's ids are per turn, and only a "
                      "trainer that re-renders the conversation can find its earlier turns' spans")
+    written = _write(args)
+    return written if isinstance(written, int) else _report(written, args)
+
+
+def _write(args: argparse.Namespace) -> Any:
+    """The export's report, or the exit code of an error already said in one line."""
     try:
         # Imported only now, so that --help and the option errors need none of the extra.
-        from client.export.build import ChatTokenizer, export, summary
+        from client.export.build import ChatTokenizer, export
 
         if FORMATS[args.format].storage == "parquet":  # the JSONL formats do without pyarrow
             importlib.import_module("pyarrow.parquet")
@@ -235,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"--out {args.out}: the directory {args.out.parent} does not exist")
         check_out_is_safe(args.out, args.results, args.format)
         tok = ChatTokenizer.load(args.tokenizer, args.chat_template)
-        report = export(args.results, tok, args.out, _options(args), s3_endpoint_url=args.s3_endpoint_url)
+        return export(args.results, tok, args.out, _options(args), s3_endpoint_url=args.s3_endpoint_url)
     except ImportError as exc:
         message = missing_extra(exc)
         if message is None:
@@ -252,6 +258,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_NO_ROOM
         print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _refusal(report: Any, args: argparse.Namespace) -> str | None:
+    """Why OUT was not written, when the export refused to write it."""
+    if report.without_ids:
+        return (f"--require-exact-ids: {report.without_ids:,} of {report.records:,} record(s) carry no server token "
+                f"ids and would be re-rendered; {args.out} was not written. Regenerate them with `client.run "
+                "--token-ids on`, or export without --require-exact-ids (re-rendered rows are checked against usage).")
+    if report.template_refused:
+        template = report.template
+        return (f"SpecForge would train on {template.mismatched:,} of {template.checked:,} row(s) "
+                f"({template.mismatch_share:.2%}) differently from the server's tokens, more than "
+                f"--max-template-mismatch {args.max_template_mismatch:g}; {args.out} was not written. Train with the "
+                "serving template (--chat-template FILE is the one checked), or pass --allow-template-mismatch.")
+    return None
+
+
+def _report(report: Any, args: argparse.Namespace) -> int:
+    from client.export.build import summary
+
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(summary(report), option=orjson.OPT_INDENT_2) + b"\n")
     if report.examples:
@@ -260,30 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for example in report.examples:
         print(f"  {example}", file=sys.stderr)
     _print_template(report, args)
-    if report.without_ids:
-        print(f"error: --require-exact-ids: {report.without_ids:,} of {report.records:,} record(s) carry no server "
-              f"token ids and would be re-rendered; {args.out} was not written. Regenerate them with "
-              "`client.run --token-ids on`, or export without --require-exact-ids (re-rendered rows are checked "
-              "against usage).", file=sys.stderr)
+    refusal = _refusal(report, args)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
         return EXIT_REFUSED
-    if report.template_refused:
-        template = report.template
-        print(f"error: SpecForge would train on {template.mismatched:,} of {template.checked:,} row(s) "
-              f"({template.mismatch_share:.2%}) differently from the server's tokens, more than "
-              f"--max-template-mismatch {args.max_template_mismatch:g}; {args.out} was not written. Train with the "
-              "serving template (--chat-template FILE is the one checked), or pass --allow-template-mismatch.",
-              file=sys.stderr)
-        return EXIT_REFUSED
-    window = ""
-    if args.max_length is not None:
-        window = (f"; longer than --max-length {args.max_length:,}: cut {report.cut:,}, dropped "
-                  f"{report.dropped_long:,}, left without supervised tokens by the cut {report.dropped_unsupervised:,}")
-    rows = f" in {report.rows:,} conversation row(s)" if args.rows == "conversation" else ""
-    print(f"exported {report.exported:,} of {report.records:,} record(s){rows} to {args.out} ("
-          f"{report.exact:,} from server token ids, {report.rendered:,} re-rendered; {report.tokens:,} tokens); "
-          f"dropped as truncated {report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, "
-          f"prompt {report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
-          f"{report.failed:,}; duplicate ids {report.duplicates:,}{window}", file=sys.stderr)
+    print(_counts(report, args), file=sys.stderr)
     for line in _notes(report):
         print(line, file=sys.stderr)
     if report.completion_mismatch and report.completion_mismatch >= max(1, report.records // 2):
@@ -291,6 +298,19 @@ def main(argv: Sequence[str] | None = None) -> int:
               "tokenizer, with its chat template?", file=sys.stderr)
     trouble = report.left_out or report.kept_mismatched or report.unreadable
     return EXIT_DROPPED if trouble else EXIT_OK
+
+
+def _counts(report: Any, args: argparse.Namespace) -> str:
+    window = ""
+    if args.max_length is not None:
+        window = (f"; longer than --max-length {args.max_length:,}: cut {report.cut:,}, dropped "
+                  f"{report.dropped_long:,}, left without supervised tokens by the cut {report.dropped_unsupervised:,}")
+    rows = f" in {report.rows:,} conversation row(s)" if args.rows == "conversation" else ""
+    return (f"exported {report.exported:,} of {report.records:,} record(s){rows} to {args.out} ("
+            f"{report.exact:,} from server token ids, {report.rendered:,} re-rendered; {report.tokens:,} tokens); "
+            f"dropped as truncated {report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, "
+            f"prompt {report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
+            f"{report.failed:,}; duplicate ids {report.duplicates:,}{window}")
 
 
 def _no_room(exc: OSError) -> bool:
