@@ -125,15 +125,7 @@ class Scan:
         finish = record.get("finish_reason")
         finish_name = finish if isinstance(finish, str) else "none"
         self.finish[finish_name] += 1
-        miscount = record_miscount(record)
-        if miscount is not None:
-            self.window_miscounts += 1
-            if len(self.window_miscount_examples) < EXAMPLES:
-                self.window_miscount_examples.append(
-                    f"{where}: {record['id']}: counted {miscount[0]:,} prompt tokens for the window, usage says "
-                    f"{miscount[1]:,}")
-        elif finish_name == "length" and _cut_by_window(record):
-            self.window_cuts += 1
+        self._window(where, record, finish_name)
         reasoning = record.get("reasoning") or ""
         content = record.get("content") or ""
         calls = record.get("tool_calls") or []
@@ -169,6 +161,18 @@ class Scan:
         if "diverged" in record:
             self.diverged_field += 1
             self.diverged += bool(record["diverged"])
+
+    def _window(self, where: str, record: dict[str, Any], finish_name: str) -> None:
+        """--train-window: a count the reply's usage contradicts, or a reply cut at the window's room."""
+        miscount = record_miscount(record)
+        if miscount is not None:
+            self.window_miscounts += 1
+            if len(self.window_miscount_examples) < EXAMPLES:
+                self.window_miscount_examples.append(
+                    f"{where}: {record['id']}: counted {miscount[0]:,} prompt tokens for the window, usage says "
+                    f"{miscount[1]:,}")
+        elif finish_name == "length" and _cut_by_window(record):
+            self.window_cuts += 1
 
     def sampling_mix(self) -> list[tuple[dict[str, Any], int]]:
         """Each distinct sampling block of the results with its record count, most records first."""
