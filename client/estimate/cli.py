@@ -26,11 +26,15 @@ the results of a partial run without sending anything.
 
 EPILOG = """\
 examples:
-  python -m client.estimate --endpoints @runs/servers/endpoints.txt --prompts data.jsonl --sample 2% --gpus 8
-  python -m client.estimate --endpoints @runs/servers/endpoints.txt --prompts sample.jsonl --set-size 914000 --project b200x8
-  python -m client.estimate --simulate 4 --prompts prompts/sample.jsonl --set-size 914000 --gpu-kind rtx-pro-6000
+  python -m client.estimate --endpoints @runs/servers/endpoints.txt --prompts data.jsonl \\
+      --sample 2% --gpus 8
+  python -m client.estimate --endpoints @runs/servers/endpoints.txt --prompts sample.jsonl \\
+      --set-size 914000 --project b200x8
+  python -m client.estimate --simulate 4 --prompts prompts/sample.jsonl --set-size 914000 \\
+      --gpu-kind rtx-pro-6000
   python -m client.estimate --from-results runs/full --prompts data.jsonl --gpus 8 --json
-  python -m client.estimate --from-results runs/full --prompts data.jsonl --gpus 8 --train-window 4096
+  python -m client.estimate --from-results runs/full --prompts data.jsonl --gpus 8 \\
+      --train-window 4096
 
 method: see docs/estimate.md. Throughput is measured only while the fleet was saturated, so the sample
 must be several times the fleet's decode slots (the default sample is 5x the slots, at least 500).
