@@ -206,9 +206,10 @@ def test_calibration_with_loops_and_a_heavy_tail(tmp_path: Path, fleet_factory: 
     # About a third of the replies loop; half of the thinking draws from a heavy tail, some of it to max_tokens.
     # max_tokens 2,400: a simulated loop then runs over the 8,192 characters the text rule needs of prose.
     sim_args = ("--mean-tokens", "80", "--tokens-per-chunk", "8", "--loop-rate", "0.3",
-                "--think-tail-rate", "0.5", "--think-tail-alpha", "0.7")
+                "--think-tail-rate", "0.5", "--think-tail-alpha", "0.7", "--tokenizer", "none")
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0, extra_args=sim_args)] * 2)
-    # Prompts of three sizes, one stratum: the simulator counts a prompt's JSON characters / 4 as its tokens.
+    # Prompts of three sizes, one stratum: the simulator (--tokenizer none) counts a prompt's JSON characters / 4
+    # as its tokens, and a word piece of a reply as one.
     sizes = (10, 600, 1400)
     prompts = tmp_path / "p.jsonl"
     prompts.write_bytes(b"".join(orjson.dumps({"id": f"chat-{i}", "messages": [

@@ -25,7 +25,7 @@ from launch.sim.server import SimServer
 from tests.conftest import make_prompts, run_client
 
 REPO = Path(__file__).resolve().parent.parent
-PROSE = (REPO / "README.md").read_text()[:30_000]
+PROSE = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])[:30_000]
 
 MAX_TOKENS = 6000
 
@@ -134,7 +134,9 @@ def test_a_run_stops_the_looping_replies_and_keeps_them(tmp_path: Path, loop_sto
     out = tmp_path / "out"
     result = run_client(["--simulate", "2", "--sim-speed", "200", "--prompts", str(prompts), "--out", str(out),
                          "--max-tokens", str(MAX_TOKENS), "--loop-stop", loop_stop,
-                         "--sim-arg=--loop-rate", "--sim-arg=0.3", "--sim-arg=--mean-tokens", "--sim-arg=300"])
+                         "--sim-arg=--loop-rate", "--sim-arg=0.3", "--sim-arg=--mean-tokens", "--sim-arg=300",
+                         # a token per word piece, as the loop lengths above are counted (no tokenizer's ids)
+                         "--sim-arg=--tokenizer", "--sim-arg=none"])
     assert result.code == 0, result.stderr
     records = {record["id"]: record for _, record in iter_records(str(out))}
     assert len(records) == 24

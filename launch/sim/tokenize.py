@@ -15,8 +15,8 @@ Taken from `python/sglang/srt/entrypoints/http_server.py` (both paths, `validate
   chat checks refuse (empty messages, `tool_choice` without its tool, an output cap over the context) and
   the template's errors are 400 "BadRequestError"; a truthy `stream` is 501; the model name is not
   checked, nor the prompt's length against the context.
-Without `--tokenizer` the count is the simulator's own prompt count (launch.sim.script: a token per 4 bytes
-of the messages' and tools' JSON), so that it always equals the same chat request's
+Without a tokenizer (`--tokenizer none`) the count is the simulator's own prompt count (launch.sim.script: a
+token per 4 bytes of the messages' and tools' JSON), so that it always equals the same chat request's
 `usage.prompt_tokens`; `tokens` then has that many stand-in ids taken from those bytes. A `prompt` text
 counts a token per 4 bytes, rounded up. Faults (--fail-500 and the like) are never drawn here.
 """

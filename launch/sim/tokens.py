@@ -11,12 +11,13 @@ Shapes, from the SGLang 0.5.23 sources (`python/sglang/srt/entrypoints/openai/`)
 - `managers/schedule_batch.py` `update_reasoning_tokens`: reasoning tokens count up to and including `</think>`.
 
 Ids need a tokenizer: `--tokenizer DIR` (a tokenizer.json, and the chat template in chat_template.jinja, as
-current transformers saves it, or in tokenizer_config.json's `chat_template`; the tests build tiny ones).
+current transformers saves it, or in tokenizer_config.json's `chat_template`); the command line's default is
+the tiny one of launch.sim.tiny_tokenizer.
 The prompt is rendered from what SGLang gives the template (prompts.sglang_input). The reply is rendered the
 way a model trained on the template writes it: the whole conversation with the new assistant turn (reasoning
 in `reasoning_content`, tool-call arguments as objects); the completion is the difference, ending with the
 end-of-turn token when the reply stopped by itself, cut before it when `max_tokens` cut the reply, and only
-the raw reasoning when the cut came while thinking. Without `--tokenizer` there are no ids, and the server
+the raw reasoning when the cut came while thinking. Without a tokenizer there are no ids, and the server
 ignores the fields that ask for them, like a server that has none.
 
 MTP is drawn per request from the reply's seed: each verify step of 3 draft tokens accepts 0-3 of them
