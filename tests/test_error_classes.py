@@ -1,5 +1,5 @@
 """The error tree is documented where people read it: client.core.errors' docstring draws every class, and
-the README's `error_class` list names exactly the kinds a failure record can carry.
+docs/data-contracts.md's `error_class` list names exactly the kinds a failure record can carry.
 
 A failure record is written from an attempt of the request path (Endpoint.stream_chat), so its
 `error_class` is the `kind` of any AttemptError but the three abstract bases and NotJSON, which only the
@@ -29,20 +29,20 @@ def subclasses(base: type[BaseException]) -> set[type[BaseException]]:
     return found
 
 
-def readme_error_classes() -> set[str]:
-    text = (REPO / "README.md").read_text()
+def documented_error_classes() -> set[str]:
+    text = (REPO / "docs" / "data-contracts.md").read_text()
     start = text.index("`error_class` is the failed attempt's class")
     paragraph = text[start:text.index("A failed prompt is not done", start)]
     return {name for name in re.findall(r"`([A-Za-z_]+)`", paragraph)
             if name[0].isupper() or name in ("too_long", "fills_window")} - {"error_class"}
 
 
-def test_readme_lists_every_kind_a_failure_record_can_carry() -> None:
+def test_the_contracts_list_every_kind_a_failure_record_can_carry() -> None:
     kinds = set()
     for cls in subclasses(AttemptError) - NOT_IN_RECORDS:
         kind = cls.__dict__.get("kind")
         kinds.add(kind.fget(None) if isinstance(kind, property) else cls.__name__)
-    assert readme_error_classes() == kinds
+    assert documented_error_classes() == kinds
 
 
 def test_the_docstring_tree_draws_every_class() -> None:

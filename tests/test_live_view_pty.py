@@ -1,7 +1,7 @@
 """The live view as a person sees it: the client runs in a pseudo-terminal (pexpect), its output is played
 into a terminal emulator (pyte), and the screen is read back as text.
 
-`python -m tests.test_live_view_pty` captures one screen into docs/live-view.txt (the README shows it).
+`python -m tests.test_live_view_pty` captures one screen into docs/live-view.txt (docs/monitoring.md shows it).
 """
 
 from __future__ import annotations

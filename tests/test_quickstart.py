@@ -24,8 +24,8 @@ from tests.conftest import REPO
 
 
 def quickstart_commands(readme: str) -> list[str]:
-    """The lines of the first bash block under `## Quickstart`."""
-    section = readme.split("\n## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    """The lines of the first bash block under the `## Quickstart...` heading."""
+    section = readme.split("\n## Quickstart", 1)[1].split("\n## ", 1)[0]
     found = re.search(r"```bash\n(.*?)```", section, flags=re.DOTALL)
     assert found, "the Quickstart has no bash block"
     return [line for line in found.group(1).splitlines() if line.strip()]

@@ -1,11 +1,11 @@
-"""The README's CLI reference, generated from each command's own `--help`, so the two cannot drift.
+"""The CLI reference (docs/cli.md), generated from each command's own `--help`, so the two cannot drift.
 
-    python -m tests.readme_cli --write     rewrite the blocks between the README's cli markers
-    python -m tests.readme_cli             check only: exit 1 and name the stale blocks
+    python -m tests.cli_reference --write     rewrite the blocks between docs/cli.md's cli markers
+    python -m tests.cli_reference             check only: exit 1 and name the stale blocks
 
 Each command's block sits between `<!-- cli:NAME:start -->` and `<!-- cli:NAME:end -->`. The help is
 rendered by the real entry point in a subprocess at a fixed width (COLUMNS=100) and without colour.
-tests/test_readme_cli.py runs the check; it compares the text with runs of whitespace collapsed, so that
+tests/test_cli_reference.py runs the check; it compares the text with runs of whitespace collapsed, so that
 argparse's line wrapping, which differs a little between Python versions, does not fail it.
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+DOC = REPO / "docs" / "cli.md"
 WIDTH = 100
-REGENERATE = "python -m tests.readme_cli --write"
+REGENERATE = "python -m tests.cli_reference --write"
 
 
 @dataclass(frozen=True)
@@ -54,70 +54,68 @@ def render_help(command: Command) -> str:
 
 def block(command: Command, help_text: str) -> str:
     """What goes between the markers (the markers excluded)."""
-    return (f"\n<details><summary><code>{command.script} --help</code> "
-            f"(or <code>python -m {command.module} --help</code>)</summary>\n\n"
-            f"```text\n{help_text}```\n\n</details>\n")
+    return f"\n```text\n{help_text}```\n"
 
 
 def markers(name: str) -> tuple[str, str]:
     return f"<!-- cli:{name}:start -->", f"<!-- cli:{name}:end -->"
 
 
-def current_block(readme: str, name: str) -> str | None:
+def current_block(text: str, name: str) -> str | None:
     start, end = markers(name)
-    found = re.search(re.escape(start) + r"(.*?)" + re.escape(end), readme, flags=re.DOTALL)
+    found = re.search(re.escape(start) + r"(.*?)" + re.escape(end), text, flags=re.DOTALL)
     return found.group(1) if found else None
 
 
-def replace_block(readme: str, name: str, text: str) -> str:
+def replace_block(page: str, name: str, text: str) -> str:
     start, end = markers(name)
-    if current_block(readme, name) is None:
-        raise ValueError(f"README.md has no {start} ... {end} markers")
+    if current_block(page, name) is None:
+        raise ValueError(f"docs/cli.md has no {start} ... {end} markers")
     pattern = re.escape(start) + r".*?" + re.escape(end)
-    return re.sub(pattern, lambda _: start + text + end, readme, count=1, flags=re.DOTALL)
+    return re.sub(pattern, lambda _: start + text + end, page, count=1, flags=re.DOTALL)
 
 
 def normalise(text: str) -> str:
     return " ".join(text.split())
 
 
-def stale(readme: str) -> list[str]:
-    """The commands whose README block differs from their --help (or has no markers)."""
+def stale(text: str) -> list[str]:
+    """The commands whose block differs from their --help (or has no markers)."""
     names = []
     for command in COMMANDS:
-        found = current_block(readme, command.name)
+        found = current_block(text, command.name)
         if found is None or normalise(found) != normalise(block(command, render_help(command))):
             names.append(command.name)
     return names
 
 
-def write(readme_path: Path = README) -> list[str]:
+def write(path: Path = DOC) -> list[str]:
     """Regenerate every block in place; returns the names that changed."""
-    readme = readme_path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
     changed = []
     for command in COMMANDS:
-        updated = replace_block(readme, command.name, block(command, render_help(command)))
-        if updated != readme:
+        updated = replace_block(text, command.name, block(command, render_help(command)))
+        if updated != text:
             changed.append(command.name)
-        readme = updated
-    readme_path.write_text(readme, encoding="utf-8")
+        text = updated
+    path.write_text(text, encoding="utf-8")
     return changed
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.readme_cli", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="rewrite the README's CLI blocks")
+    parser = argparse.ArgumentParser(prog="python -m tests.cli_reference", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite docs/cli.md's CLI blocks")
     args = parser.parse_args(argv)
     if args.write:
         changed = write()
-        print(f"README.md: {', '.join(changed) if changed else 'no'} CLI block(s) rewritten")
+        print(f"docs/cli.md: {', '.join(changed) if changed else 'no'} CLI block(s) rewritten")
         return 0
-    names = stale(README.read_text(encoding="utf-8"))
+    names = stale(DOC.read_text(encoding="utf-8"))
     if names:
-        print(f"README.md: the CLI block(s) of {', '.join(names)} differ from --help; run: {REGENERATE}",
+        print(f"docs/cli.md: the CLI block(s) of {', '.join(names)} differ from --help; run: {REGENERATE}",
               file=sys.stderr)
         return 1
-    print("README.md: every CLI block matches its command's --help")
+    print("docs/cli.md: every CLI block matches its command's --help")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The README's CLI reference is each command's own `--help` (tests/readme_cli.py), and every command is a
-console script in pyproject.toml that points at its module's `main`."""
+"""The CLI reference (docs/cli.md) is each command's own `--help` (tests/cli_reference.py), and every command is
+a console script in pyproject.toml that points at its module's `main`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import readme_cli
-from tests.readme_cli import COMMANDS, README, REGENERATE, Command
+from tests import cli_reference
+from tests.cli_reference import COMMANDS, DOC, REGENERATE, Command
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -23,16 +23,16 @@ def scripts() -> dict[str, str]:
     return table
 
 
-def test_readme_cli_blocks_match_each_commands_help() -> None:
-    names = readme_cli.stale(README.read_text(encoding="utf-8"))
-    assert not names, f"README.md's CLI block(s) for {', '.join(names)} differ from --help. Regenerate: {REGENERATE}"
+def test_cli_blocks_match_each_commands_help() -> None:
+    names = cli_reference.stale(DOC.read_text(encoding="utf-8"))
+    assert not names, f"docs/cli.md's CLI block(s) for {', '.join(names)} differ from --help. Regenerate: {REGENERATE}"
 
 
-def test_every_command_has_a_console_script_and_a_readme_block() -> None:
+def test_every_command_has_a_console_script_and_a_reference_block() -> None:
     assert set(scripts()) == {c.script for c in COMMANDS}
-    readme = README.read_text(encoding="utf-8")
+    readme = DOC.read_text(encoding="utf-8")
     for command in COMMANDS:
-        assert readme_cli.current_block(readme, command.name) is not None, command.name
+        assert cli_reference.current_block(readme, command.name) is not None, command.name
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.script)
@@ -62,21 +62,21 @@ def test_installed_console_script_runs(script: str) -> None:
     ("", ""),
 ])
 def test_whitespace_is_normalised(text: str, expected: str) -> None:
-    assert readme_cli.normalise(text) == expected
+    assert cli_reference.normalise(text) == expected
 
 
 def test_write_fills_the_markers_and_leaves_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "cli.md"
     body = "".join(f"before {c.name}\n<!-- cli:{c.name}:start -->old<!-- cli:{c.name}:end -->\n" for c in COMMANDS)
     readme.write_text(body + "after\n")
-    monkeypatch.setattr(readme_cli, "render_help", lambda command: f"usage: {command.module} [-h]\n")
-    assert readme_cli.write(readme) == [c.name for c in COMMANDS]
+    monkeypatch.setattr(cli_reference, "render_help", lambda command: f"usage: {command.module} [-h]\n")
+    assert cli_reference.write(readme) == [c.name for c in COMMANDS]
     text = readme.read_text()
     assert "old" not in text and text.endswith("after\n") and "before run\n<!-- cli:run:start -->" in text
-    assert readme_cli.current_block(text, "plan") == readme_cli.block(COMMANDS[-1], "usage: launch.plan [-h]\n")
-    assert readme_cli.write(readme) == [], "a second write changes nothing"
+    assert cli_reference.current_block(text, "plan") == cli_reference.block(COMMANDS[-1], "usage: launch.plan [-h]\n")
+    assert cli_reference.write(readme) == [], "a second write changes nothing"
 
 
 def test_missing_markers_are_an_error() -> None:
     with pytest.raises(ValueError, match="no <!-- cli:run:start -->"):
-        readme_cli.replace_block("no markers here", "run", "x")
+        cli_reference.replace_block("no markers here", "run", "x")
