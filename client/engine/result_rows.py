@@ -1,5 +1,5 @@
-"""ResultRecord and FailureRecord as written to the segments and the failures file (see the README's
-data contracts); `id` goes first so the done-ID scan reads it without parsing the line."""
+"""ResultRecord and FailureRecord as written to the segments and the failures file (see
+docs/data-contracts.md); `id` goes first so the done-ID scan reads it without parsing the line."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The failures files of earlier runs, read back: which prompts are known to be longer than the context
 (`too_long`) or to fill the training window alone (`fills_window`).
 
-A failure line is a FailureRecord (README, data contracts). Only those two permanent classes are read
+A failure line is a FailureRecord (docs/data-contracts.md). Only those two permanent classes are read
 here: every other failure is retried by the next run simply because its id is not in the done ledger.
 """
 

@@ -1,4 +1,4 @@
-"""The exit codes of `python -m client.run` (documented in its --help and the README): the one scheme of
+"""The exit codes of `python -m client.run` (documented in its --help and docs/exit-codes.md): the one scheme of
 client.core.exit_codes, named for the run's cases."""
 
 from __future__ import annotations
