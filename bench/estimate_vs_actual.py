@@ -78,9 +78,10 @@ def run_span(out: Path) -> tuple[float, int, int]:
 
 
 def sim_spec(*, max_running: int, speed: float, tokens_per_chunk: int, mean_tokens: int) -> SimServerSpec:
+    # docs/benchmarks.md's figures were measured on servers without a tokenizer (a token per word piece).
     return SimServerSpec(max_running=max_running, speed=speed,
                          extra_args=("--mean-tokens", str(mean_tokens), "--tokens-per-chunk", str(tokens_per_chunk),
-                                     "--log-level", "warning"))
+                                     "--log-level", "warning", "--tokenizer", "none"))
 
 
 def machine_busy_s() -> float:
@@ -171,7 +172,8 @@ def main() -> int:
         report["estimate"] = estimate_part(args)
     if args.part in ("eta", "both"):
         spec = SimServerSpec(max_running=args.max_running, speed=args.speed,
-                             extra_args=("--mean-tokens", str(args.eta_mean_tokens), "--log-level", "warning"))
+                             extra_args=("--mean-tokens", str(args.eta_mean_tokens), "--log-level", "warning",
+                                         "--tokenizer", "none"))
         with tempfile.TemporaryDirectory(prefix="eta-bench-") as tmp, \
                 SimFleet([spec] * args.servers, seed=args.seed, log_dir=Path(tmp) / "sim-logs") as fleet:
             report["eta"] = eta_tail(Path(tmp), fleet.urls, prompts=args.eta_prompts,

@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    # docs/benchmarks.md's figures were measured on servers without a tokenizer (a token per word piece).
     sim = ("--loop-rate", str(args.loop_rate), "--think-tail-rate", str(args.tail_rate), "--mean-tokens",
-           str(args.mean_tokens), "--context-length", str(args.max_tokens + 8192))
+           str(args.mean_tokens), "--context-length", str(args.max_tokens + 8192), "--tokenizer", "none")
     spec = SimServerSpec(max_running=args.max_running, speed=args.speed, extra_args=sim)
     rows = []
     with tempfile.TemporaryDirectory() as tmp, SimFleet([spec] * args.servers, seed=args.seed) as fleet:

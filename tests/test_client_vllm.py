@@ -292,8 +292,10 @@ async def test_max_tokens_check_passes_on_a_long_context_sglang(fleet_factory: A
 # -- SGLang: the field is never sent ------------------------------------------------------------------
 
 def test_return_token_ids_is_never_sent_to_sglang(tmp_path: Path, fleet_factory: Any) -> None:
+    # --tokenizer none: a server that gives no ids, so the records show that none came by another path either.
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=40.0,
-                                         extra_args=("--mean-tokens", "40", "--log-level", "debug"))])
+                                         extra_args=("--mean-tokens", "40", "--log-level", "debug",
+                                                     "--tokenizer", "none"))])
     url = fleet.urls[0]
     models = httpx.get(f"{url}/v1/models", timeout=10).json()["data"]
     assert {m["owned_by"] for m in models} == {"sglang"}
