@@ -72,7 +72,7 @@ def _python_probe(url: str) -> list[str]:
 
 
 def _sim_service(plan: Plan, inst: Instance) -> dict[str, Any]:
-    run = "pip install --quiet --root-user-action=ignore aiohttp orjson && exec python -m launch.sim " + \
+    run = "pip install --quiet --root-user-action=ignore aiohttp orjson tokenizers jinja2 && exec python -m launch.sim " + \
         shlex.join(_server_args(inst))
     return {
         "profiles": [plan.preset.name],
