@@ -72,8 +72,9 @@ def _python_probe(url: str) -> list[str]:
 
 
 def _sim_service(plan: Plan, inst: Instance) -> dict[str, Any]:
-    run = "pip install --quiet --root-user-action=ignore aiohttp orjson tokenizers jinja2 && exec python -m launch.sim " + \
-        shlex.join(_server_args(inst))
+    # The `sim` extra's packages: the server, and the tiny tokenizer it serves with (launch.sim.tiny_tokenizer).
+    run = ("pip install --quiet --root-user-action=ignore aiohttp orjson tokenizers jinja2 && exec python -m "
+           "launch.sim " + shlex.join(_server_args(inst)))
     return {
         "profiles": [plan.preset.name],
         "image": SIM_IMAGE,
