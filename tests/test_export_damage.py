@@ -51,7 +51,7 @@ def test_a_call_cut_inside_its_arguments_is_not_a_specforge_row(tmp_path: Path) 
     code, report, stderr = export(tmp_path / "run", tmp_path / "s.jsonl", "--format", "specforge")
     assert code == 0, stderr
     assert report["unreproducible"] == 1 and report["exported"] == 1
-    assert "cut-call: finish_reason 'length'" in stderr
+    assert "1 reply(ies) that did not end by themselves" in stderr and "problems (" not in stderr
     assert [json.loads(line)["id"] for line in (tmp_path / "s.jsonl").read_text().splitlines()] == ["plain"]
     code, report, stderr = export(tmp_path / "run", tmp_path / "t.jsonl", "--format", "specforge-tokenized")
     assert code == 0 and report["exported"] == 2, stderr
