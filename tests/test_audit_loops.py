@@ -71,7 +71,8 @@ def test_a_simulated_run_with_a_loop_share(tmp_path: Path, fleet_factory: Any) -
     """The servers loop a seeded share of the prompts to max_tokens; the run has no loop stop, and the audit
     finds exactly the replies the simulator's script says loop, with their tokens."""
     mean, cap = 400, 3000
-    settings = ("--tokens-per-chunk", "32", "--mean-tokens", str(mean), "--loop-rate", "0.25")
+    # Word pieces as tokens (no tokenizer): the script's loop spans are then the replies' token counts.
+    settings = ("--tokens-per-chunk", "32", "--mean-tokens", str(mean), "--loop-rate", "0.25", "--tokenizer", "none")
     fleet = fleet_factory([SimServerSpec(max_running=32, speed=50.0, extra_args=settings)] * 2)
     prompts = make_prompts(tmp_path / "p.jsonl", 60, with_tools_every=3)
     run = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(tmp_path / "o"),

@@ -38,7 +38,7 @@ def test_audit_and_estimate_read_the_s3_prefix(tmp_path: Path, fleet_factory: An
     assert remote["counts"]["segments"] > 3
     for key in ("ids", "finish_reasons", "completion_tokens", "tool_calls", "models"):
         assert remote[key] == local[key], key
-    assert "segments/" in remote["stubs"]["examples"][0] or not remote["stubs"]["examples"]
+    assert not remote["stubs"]["examples"] or "segments/" in remote["stubs"]["examples"][0]
     code, estimate, stderr = tool("client.estimate", "--from-results", prefix, "--s3-endpoint-url", s3.url,
                                   "--prompts", str(prompts))
     assert code == 0, stderr

@@ -84,7 +84,10 @@ def test_live_figures_show_before_any_request_finishes_and_end_at_the_servers_co
     # Every reply runs to max_tokens (mean far above it), 3 tokens per chunk (MTP); 16 prompts on 16 slots,
     # each streaming for several seconds. That the live count is tokens, not chunks, as each chunk comes:
     # tests/test_stream.py::test_live_tokens_count_tokens_as_the_chunks_come.
-    spec = SimServerSpec(max_running=8, speed=1.0, extra_args=("--mean-tokens", "60000", "--tokens-per-chunk", "3"))
+    # Without a tokenizer: the servers' /metrics count the script's word pieces, which only then are the tokens
+    # the replies report (with --tokenizer the usage counts the tokenizer's ids; launch/sim/README.md).
+    spec = SimServerSpec(max_running=8, speed=1.0, extra_args=("--mean-tokens", "60000", "--tokens-per-chunk", "3",
+                                                               "--tokenizer", "none"))
     fleet = fleet_factory([spec, spec])
     prompts = make_prompts(tmp_path / "p.jsonl", 16)
     max_tokens = 900

@@ -119,7 +119,8 @@ def test_the_heavy_thinking_tail_lengthens_reasoning_only_where_asked() -> None:
 
 
 async def test_the_options_reach_the_server_from_the_command_line() -> None:
-    config = config_from_args(["--port", "0", "--speed", "1000", "--tokens-per-chunk", "16", "--loop-rate", "1",
+    config = config_from_args(["--port", "0", "--tokenizer", "none", "--speed", "1000", "--tokens-per-chunk", "16",
+                               "--loop-rate", "1",
                                "--think-tail-rate", "0.25", "--think-tail-alpha", "1.5"])
     assert (config.loop_rate, config.think_tail_rate, config.think_tail_alpha) == (1.0, 0.25, 1.5)
     async with SimServer(config) as srv, httpx.AsyncClient(base_url=srv.url, timeout=30.0) as client:
