@@ -64,14 +64,15 @@ async def _sampled_run(args: list[str]) -> tuple[list[tuple[float, float | None,
     with StopController() as stop:
         async with contextlib.AsyncExitStack() as stack:
             run = Run(cfg, stop)
-            if await run.prepare(stack) is not None:
+            prepared = await run.prepare(stack)
+            if isinstance(prepared, int):
                 raise RuntimeError("the run ended before it started")
 
             async def sample() -> None:
                 while True:
                     await asyncio.sleep(EVERY_S)
                     now = time.monotonic()
-                    snap = run.snapshot()
+                    snap = run.snapshot(prepared)
                     done_at.append((now, snap.done))
                     while done_at and done_at[0][0] < now - 300:
                         done_at.popleft()
@@ -79,11 +80,10 @@ async def _sampled_run(args: list[str]) -> tuple[list[tuple[float, float | None,
                     requests_rate = (snap.done - done_at[0][1]) / span if span > 0 else 0.0
                     samples.append((now, before_rule(snap, requests_rate), snap.eta_s, snap.done))
 
-            run._companions.append(sample)  # a bench's probe on the run's own snapshots
             started = time.monotonic()
-            outcome, sync = await run.run()
+            outcome, sync = await run.run(prepared, probes=[sample])  # a probe on the run's own snapshots
             ended = time.monotonic()
-            await run.finish(outcome, sync)
+            await run.finish(prepared, outcome, sync)
     return samples, started, ended
 
 

@@ -44,9 +44,7 @@ class Fixture:
             self.dispatcher.starting(endpoint, ready=True)
         self.stats = RunStats()
         self.stats.track(len(self.endpoints))
-        self.stopping = asyncio.Event()
-        self.generator = Generator(dispatcher=self.dispatcher, stats=self.stats, shape=SHAPE, retry=retry,
-                                   stopping=self.stopping)
+        self.generator = Generator(dispatcher=self.dispatcher, stats=self.stats, shape=SHAPE, retry=retry)
         self.slept: list[float] = []
 
     def record_sleeps(self) -> None:
@@ -109,7 +107,8 @@ async def test_every_attempt_failing_gives_up_after_max_attempts(two: Fixture) -
 async def test_a_stop_during_the_wait_abandons_the_prompt(two: Fixture) -> None:
     long_wait = RetryPolicy(max_attempts=4, initial_backoff_s=3600.0, max_backoff_s=3600.0, jitter_s=0.0)
     fixture = Fixture([ScriptedTransport(answers=deque([(503, b"busy", {})]))], retry=long_wait)
-    fixture.transports[0].on_post = lambda _: fixture.stopping.set()  # the stop arrives during the attempt
+    # The stop (which closes the dispatcher) arrives during the attempt.
+    fixture.transports[0].on_post = lambda _: fixture.dispatcher.close()
     try:
         async with asyncio.timeout(10):
             with pytest.raises(Abandoned):

@@ -202,12 +202,12 @@ async def test_second_writer_with_the_same_name_is_caught(tmp_path: Path, store:
     first = uploader_for(store)
     await first.write_manifest()
     second = uploader_for(store)
-    fatal: list[object] = []
-    second.on_fatal = fatal.append
     second.segment_closed(write_segment(tmp_path / "out", range(3)))
-    async with asyncio.timeout(30):
-        await second.run()  # returns once the conflict is found
-    assert isinstance(second.fatal, ManifestConflict) and fatal == [second.fatal]
+    # The conflict is raised: in a run it ends the swarm's TaskGroup with it.
+    with pytest.raises(ManifestConflict) as raised:
+        async with asyncio.timeout(30):
+            await second.run()
+    assert second.fatal is raised.value
     assert "same host name and shard" in str(second.fatal)
     await first.write_manifest()  # the first writer is untouched and goes on
 

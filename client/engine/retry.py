@@ -91,7 +91,7 @@ def _retryable(error: BaseException) -> bool:
 
 class Generator:
     def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, shape: RequestShape, retry: RetryPolicy,
-                 stopping: asyncio.Event, rate: RequestRate | None = None, stop_loops: bool = False,
+                 rate: RequestRate | None = None, stop_loops: bool = False,
                  train_window: int | None = None, local_count: LocalCount | None = None) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
@@ -99,7 +99,6 @@ class Generator:
         # --max-requests-per-second: a hosted endpoint's agreed request rate, retries included.
         self.rate = rate
         self.retry = retry
-        self.stopping = stopping
         self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.core.repetition)
         self.train_window = train_window  # --train-window: max_tokens = the window minus the prompt's count
         self.local_count = local_count  # --tokenizer: counts prompts for servers that cannot count them
@@ -115,14 +114,14 @@ class Generator:
 
     def _count_retry(self, state: RetryCallState) -> None:
         """Called by tenacity once it has decided to try again: the one place a retry is counted."""
-        if not self.stopping.is_set():
+        if not self.dispatcher.closed:  # a stop's abandoned attempt is not a retry
             self.stats.retries += 1
 
     async def _sleep(self, seconds: float) -> None:
         wait = self.stats.begin_wait(seconds)
         try:
             async with asyncio.timeout(seconds):
-                await self.stopping.wait()
+                await self.dispatcher.wait_closed()
         except TimeoutError:
             return
         finally:

@@ -1,8 +1,9 @@
 """TaskGroup orchestration of one run: read prompts, hand them to workers, write what comes back, stop.
 
 One TaskGroup owns every task: a producer (reads prompts in a thread, in batches, into a bounded,
-closable channel), a pool of workers (never one per prompt), one watcher per endpoint, the segment
-rotator, a stop supervisor, and any companion loops (console, S3 uploader).
+closable channel), one watcher per endpoint, the segment rotator, any companion loops (console, S3
+uploader), and the pool of workers (never one per prompt) in a TaskGroup of its own under the stop's
+deadline.
 
 The pool is sized by what the fleet can take: the sum of every endpoint's target depth (its decode slots
 plus the balancer's small queue, within --max-in-flight), not by the hard cap. It grows when the
@@ -14,8 +15,10 @@ closed and empty.
 of a conversation in order, on the model's own history (client.engine.conversation), one worker per
 conversation, so its turns run one after another and stay on one endpoint while it is healthy.
 
-Stop: dispatch ends at once, the requests in flight get a grace period, then they are cancelled; what
-is not written is sent again on the next run.
+Stop (client.engine.stop_deadline): dispatch ends at once, and the worker pool's scope gets a deadline a
+grace period ahead; the requests still in flight then are cancelled by it. What is not written is sent
+again on the next run. A part that fails for good (the disk: SinkError; the S3 manifest taken by another
+writer: ManifestConflict) raises, which ends the TaskGroup with that error.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, cast
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from client.core.errors import FillsWindow, InputError, RegenError, SinkError, TooLong
+from client.core.errors import FillsWindow, InputError, RegenError, TooLong
 from client.core.payload import request_messages
 from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
@@ -40,6 +43,7 @@ from client.engine.rate import RequestRate
 from client.engine.result_rows import failure_record, result_record
 from client.engine.retry import Abandoned, Generation, GenerationFailed, Generator, LocalCount, RetryPolicy
 from client.engine.session import Fleet
+from client.engine.stop_deadline import StopDeadline
 from client.engine.turns import TurnLedger
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
@@ -76,6 +80,12 @@ def _take(iterator: Iterator[Prompt], count: int) -> list[Prompt]:
     return list(itertools.islice(iterator, count))
 
 
+def _first_leaf(group: BaseExceptionGroup[RegenError]) -> RegenError:
+    """The first error of a (nested) group: the pool's TaskGroup nests in the run's."""
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 class Swarm:
     def __init__(self, fleet: Fleet, source: PromptSource, sink: ResultSink, stats: RunStats,
                  settings: SwarmSettings | None = None, *, ledger: TurnLedger | None = None) -> None:
@@ -90,15 +100,12 @@ class Swarm:
         self._send: MemoryObjectSendStream[Prompt]
         self._receive: MemoryObjectReceiveStream[Prompt]
         self._send, self._receive = anyio.create_memory_object_stream[Prompt](max(8, self.dispatcher.worker_target()))
-        self._stopping = asyncio.Event()
-        self._immediate = False
+        self._stop = StopDeadline(self.settings.grace_s)
         self._started = 0
-        self._workers: set[asyncio.Task[None]] = set()
-        self._workers_done = asyncio.Event()
-        self._group: asyncio.TaskGroup | None = None
-        self._producer: asyncio.Task[None] | None = None
+        self._pool: asyncio.TaskGroup | None = None
+        self._growing: asyncio.Task[None] | None = None
         self.generator = Generator(dispatcher=self.dispatcher, stats=stats, shape=fleet.shape,
-                                   retry=self.settings.retry, stopping=self._stopping, rate=self.settings.rate,
+                                   retry=self.settings.retry, rate=self.settings.rate,
                                    stop_loops=self.settings.stop_loops, train_window=self.settings.train_window,
                                    local_count=self.settings.local_count)
 
@@ -110,69 +117,56 @@ class Swarm:
     # -- control ---------------------------------------------------------------------------------------
 
     def request_stop(self, *, immediate: bool = False) -> None:
-        """First call: stop dispatching, give in-flight requests the grace period. `immediate`: cancel now."""
-        if not self._stopping.is_set():
-            self.outcome.interrupted = self.outcome.fatal is None
-            self._stopping.set()
-            if self._producer is not None:
-                self._producer.cancel()
+        """Dispatch ends at once; the requests in flight get the grace period (`immediate`: none, also when
+        a stop is already under way). What the channel still holds is left for the next run."""
+        if self._stop.stop(immediate=immediate):
+            self.dispatcher.close()
             self._send.close()
-        if immediate:
-            self._immediate = True
-            self._cancel_workers()
+            self._discard_unsent()
 
-    def _cancel_workers(self) -> None:
-        for task in self._workers:
-            task.cancel()
-
-    def _fail(self, error: RegenError, *, immediate: bool = True) -> None:
-        if self.outcome.fatal is None:
-            self.outcome.fatal = error
-        self.request_stop(immediate=immediate)
-
-    async def _supervise_stop(self) -> None:
-        await self._stopping.wait()
-        self.dispatcher.close()
-        if not self._immediate:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.grace_s):
-                    await self._workers_done.wait()
-        self._cancel_workers()
+    def _discard_unsent(self) -> None:
+        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+            while True:
+                self._receive.receive_nowait()
 
     # -- the run ---------------------------------------------------------------------------------------
 
     async def run(self, companions: list[Callable[[], Coroutine[Any, Any, None]]] | None = None) -> SwarmOutcome:
+        """Until every prompt is done or the stop's deadline; an error that ends any part of the run (the
+        disk, the S3 manifest) ends the TaskGroup and is the outcome's `fatal`."""
         await self.dispatcher.prime()
-        async with asyncio.TaskGroup() as group:
-            self._group = group
-            side = [group.create_task(self.dispatcher.watch(e)) for e in self.fleet.endpoints]
-            side.append(group.create_task(self._rotate()))
-            side.extend(group.create_task(make()) for make in companions or [])
-            self._grow()
-            side.append(group.create_task(self._grow_with_capacity()))
-            side.append(group.create_task(self._supervise_stop()))
-            self._producer = group.create_task(self._produce())
-            await self._workers_done.wait()
-            self._producer.cancel()
+        try:
+            async with asyncio.TaskGroup() as group:
+                side = [group.create_task(self.dispatcher.watch(e)) for e in self.fleet.endpoints]
+                side.append(group.create_task(self._rotate()))
+                side.extend(group.create_task(make()) for make in companions or [])
+                side.append(group.create_task(self._produce()))
+                await self._run_pool()
+                for task in side:
+                    task.cancel()
+        except* RegenError as failed:
+            if self.outcome.fatal is None:
+                self.outcome.fatal = _first_leaf(failed)
+        finally:
             self.dispatcher.close()
-            for task in side:
-                task.cancel()
-        self._receive.close()
+            self._receive.close()
+        self.outcome.interrupted = self._stop.requested and self.outcome.fatal is None
         return self.outcome
+
+    async def _run_pool(self) -> None:
+        """The workers in their own TaskGroup, under the stop's deadline; it ends when the channel is
+        closed and empty and every worker has finished its prompt, or when the deadline passes."""
+        async with self._stop.scope(), asyncio.TaskGroup() as pool:
+            self._pool = pool
+            self._growing = pool.create_task(self._grow_with_capacity())
+            self._grow()
 
     def _grow(self) -> None:
         """Start workers up to what the fleet can take now."""
-        assert self._group is not None
-        while self._started < self.dispatcher.worker_target() and not self._workers_done.is_set():
+        assert self._pool is not None
+        while self._started < self.dispatcher.worker_target():
             self._started += 1
-            task = self._group.create_task(self._work())
-            self._workers.add(task)
-            task.add_done_callback(self._worker_ended)
-
-    def _worker_ended(self, task: asyncio.Task[None]) -> None:
-        self._workers.discard(task)
-        if not self._workers:
-            self._workers_done.set()
+            self._pool.create_task(self._work())
 
     async def _grow_with_capacity(self) -> None:
         while True:
@@ -183,32 +177,27 @@ class Swarm:
         prompts = iter(self.source)
         try:
             with self._send:
-                while not self._stopping.is_set():
+                while True:
                     batch = await asyncio.to_thread(_take, prompts, _BATCH)
                     if not batch:
                         break
                     for prompt in batch:
                         await self._send.send(prompt)
         except InputError as exc:
-            # --strict: the requests already in flight still get their grace period and are kept.
-            self._fail(exc, immediate=False)
+            # --strict: a stop, not a crash; the requests already in flight get their grace period.
+            self.outcome.fatal = exc
+            self.request_stop()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass  # a stop closed the channel, or every worker has ended: nothing left to hand out
 
     async def _rotate(self) -> None:
         while True:
             await asyncio.sleep(self.settings.rotate_check_s)
-            try:
-                closed = await asyncio.to_thread(self.sink.rotate)
-            except SinkError as exc:
-                self._fail(exc)
-                return
+            closed = await asyncio.to_thread(self.sink.rotate)
             self.sink.announce(closed)
 
     async def _work(self) -> None:
         async for prompt in self._receive:
-            if self._stopping.is_set():
-                continue  # what is left in the channel is for the next run
             try:
                 if self.settings.turns == "all":
                     await self._conversation(prompt)
@@ -216,9 +205,9 @@ class Swarm:
                     await self._single(prompt)
             except Abandoned:
                 pass
-            except SinkError as exc:
-                self._fail(exc)
-                return
+        # The channel is closed and empty: no worker will get another prompt, so the pool stops growing.
+        if self._growing is not None:
+            self._growing.cancel()
 
     # -- one prompt ------------------------------------------------------------------------------------
 

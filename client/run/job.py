@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,20 @@ def local_counter(tokenizer: Path, enable_thinking: bool) -> LocalCount:
     return count
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What `Run.prepare` opened and checked: all `run` and `finish` need."""
+
+    fleet: Fleet
+    source: PromptSource
+    sink: ResultSink
+    swarm: Swarm
+    uploader: SegmentUploader | None
+    metrics: MetricsServer | None
+    companions: tuple[Companion, ...]  # loops beside the swarm's own: counting the total, seeding the ETA
+    done_before: int  # records under --out before this run
+
+
 class Run:
     def __init__(self, cfg: RunConfig, stop: StopController) -> None:
         self.cfg = cfg
@@ -77,19 +92,11 @@ class Run:
         self.run_id = new_run_id()
         self.stats = RunStats(gpus=cfg.view.gpus, max_tokens=cfg.sampling.max_tokens, expected_tokens_per_prompt=(
             expected_tokens_per_prompt(cfg.view.estimate) if cfg.view.estimate else None))
-        self.uploader: SegmentUploader | None = None
-        self.metrics: MetricsServer | None = None
-        self.swarm: Swarm | None = None
-        self.source: PromptSource | None = None
-        self.sink: ResultSink | None = None
-        self.fleet: Fleet | None = None
-        self._companions: list[Companion] = []
-        self._done_before = 0  # records under --out before this run
         self._local_count = local_counter(cfg.tokenizer, cfg.sampling.enable_thinking) if cfg.tokenizer else None
 
     # -- prepare ---------------------------------------------------------------------------------------
 
-    async def prepare(self, stack: contextlib.AsyncExitStack) -> int | None:
+    async def prepare(self, stack: contextlib.AsyncExitStack) -> Prepared | int:
         """Everything that can refuse, in order, before any prompt is sent; an exit code to end early."""
         cfg = self.cfg
         ResultSink.prepare(cfg.out)
@@ -107,16 +114,16 @@ class Run:
         paths = prompt_files.paths
         shard, shard_source = resolve_shard(cfg.shard, cfg.shard_count, os.environ, note=say)
         done_ids, scan = read_done_ids(cfg.out / "segments")
-        self._done_before = len(done_ids)
         if scan.segments:
             repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
             corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
             rebuilt = (f", rebuilt {scan.rebuilt_sidecars} damaged .ids sidecar(s) from their segments"
                        if scan.rebuilt_sidecars else "")
             say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}{rebuilt}")
+        uploader = None
         if cfg.s3 is not None:
-            self.uploader = await open_s3(cfg.s3, cfg.out, shard or Shard(0, 1), self.run_id, done_ids, stack,
-                                          shard_source=shard_source)
+            uploader = await open_s3(cfg.s3, cfg.out, shard or Shard(0, 1), self.run_id, done_ids, stack,
+                                     failed_count=lambda: self.stats.failed, shard_source=shard_source)
         ledger = await self._turn_ledger(done_ids) if cfg.turns == "all" else None
         # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
         skip_ids = ledger.finished if ledger is not None else done_ids
@@ -124,10 +131,10 @@ class Run:
         if too_long_ids:
             say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
                 "(too_long in the failures file); pass --retry-too-long to send them again")
-        self._start_metrics(stack)
+        metrics = self._start_metrics(stack, uploader)
 
         gate = SettingsGate(cfg.out, run_id=self.run_id, allow_change=cfg.allow_settings_change,
-                            store=self.uploader.store if self.uploader is not None else None,
+                            store=uploader.store if uploader is not None else None,
                             existing_records=len(done_ids), s3=s3_url,
                             delete_uploaded=cfg.s3 is not None and cfg.s3.delete_uploaded)
 
@@ -141,21 +148,18 @@ class Run:
             open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape,
                        train_window=cfg.train_window, counts_locally=self._local_count is not None))
         self.stats.track(len(fleet.endpoints))
-        self.fleet = fleet
         await gate.record(paths)
         await check_edited(gate.changed_prompt_files, paths, cfg.out, done_ids, redo=cfg.redo_edited, ledger=ledger)
-        await register_s3(self.uploader)  # only now: a start refused above has left S3 as it found it
+        await register_s3(uploader)  # only now: a start refused above has left S3 as it found it
         thinking = "on" if cfg.sampling.enable_thinking else "off"
         say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking {thinking}, "
             f"max_tokens {cfg.sampling.max_tokens}, turns {cfg.turns}")
 
-        self.source = PromptSource(paths, skip_ids, strict=cfg.strict, shard=shard, on_problem=self._problem_shower(),
-                                   too_long_ids=too_long_ids)
-        uploader = self.uploader
-        self.sink = ResultSink(cfg.out, run_id=self.run_id, shard_label=(shard or Shard(0, 1)).label,
-                               max_segment_bytes=int(cfg.segment_mb * (1 << 20)), max_segment_age_s=cfg.segment_age_s,
-                               on_segment_closed=uploader.segment_closed if uploader else None)
-        self.swarm = self._swarm(fleet, ledger)
+        source = PromptSource(paths, skip_ids, strict=cfg.strict, shard=shard, on_problem=self._problem_shower(),
+                              too_long_ids=too_long_ids)
+        sink = ResultSink(cfg.out, run_id=self.run_id, shard_label=(shard or Shard(0, 1)).label,
+                          max_segment_bytes=int(cfg.segment_mb * (1 << 20)), max_segment_age_s=cfg.segment_age_s,
+                          on_segment_closed=uploader.segment_closed if uploader else None)
 
         async def count_total() -> None:
             if ledger is not None:
@@ -163,28 +167,24 @@ class Run:
             else:
                 self.stats.total = await asyncio.to_thread(count_remaining, paths, done_ids | too_long_ids, shard)
 
-        self._companions.append(count_total)
+        companions: list[Companion] = [count_total]
         if scan.segments:
             async def seed_lengths() -> None:
                 # The ETA's lengths start from the records already done, not from nothing (client.core.eta).
                 self.stats.seed_lengths(await asyncio.to_thread(recent_lengths, cfg.out))
 
-            self._companions.append(seed_lengths)
-        return None
+            companions.append(seed_lengths)
+        return Prepared(fleet=fleet, source=source, sink=sink, swarm=self._swarm(fleet, source, sink, ledger),
+                        uploader=uploader, metrics=metrics, companions=tuple(companions), done_before=len(done_ids))
 
-    def _swarm(self, fleet: Fleet, ledger: TurnLedger | None) -> Swarm:
+    def _swarm(self, fleet: Fleet, source: PromptSource, sink: ResultSink, ledger: TurnLedger | None) -> Swarm:
         cfg = self.cfg
-        assert self.source is not None and self.sink is not None
         settings = SwarmSettings(
             retry=RetryPolicy(max_attempts=cfg.max_attempts, max_retry_after_s=cfg.max_retry_after),
             grace_s=cfg.grace, rotate_check_s=min(5.0, max(0.2, cfg.segment_age_s / 5)), turns=cfg.turns,
             rate=RequestRate(cfg.max_requests_per_second) if cfg.max_requests_per_second else None,
             stop_loops=cfg.loop_stop, train_window=cfg.train_window, local_count=self._local_count)
-        swarm = Swarm(fleet, self.source, self.sink, self.stats, settings, ledger=ledger)
-        if self.uploader is not None:
-            self.uploader.failed_count = lambda: self.stats.failed
-            self.uploader.on_fatal = lambda error: swarm.request_stop()
-        return swarm
+        return Swarm(fleet, source, sink, self.stats, settings, ledger=ledger)
 
     def _problem_shower(self) -> Callable[[object], None]:
         shown = 0
@@ -197,14 +197,17 @@ class Run:
 
         return on_problem
 
-    def _start_metrics(self, stack: contextlib.AsyncExitStack) -> None:
+    def _start_metrics(self, stack: contextlib.AsyncExitStack,
+                       uploader: SegmentUploader | None) -> MetricsServer | None:
         view = self.cfg.view
         if view.metrics_port is None:
-            return
-        self.metrics = MetricsServer(view.metrics_host, view.metrics_port)
-        stack.callback(self.metrics.close)
-        self.metrics.show(self.snapshot())  # zeros from the first scrape, not an empty page
-        say(f"metrics: {self.metrics.url}")
+            return None
+        metrics = MetricsServer(view.metrics_host, view.metrics_port)
+        stack.callback(metrics.close)
+        # Zeros from the first scrape, not an empty page.
+        metrics.show(self.stats.snapshot((), uploader.view() if uploader is not None else None))
+        say(f"metrics: {metrics.url}")
+        return metrics
 
     async def _turn_ledger(self, done_ids: set[str]) -> TurnLedger:
         """Which conversations are over, and the last written turn of those a crash cut off (local segments
@@ -227,24 +230,27 @@ class Run:
 
     # -- run -------------------------------------------------------------------------------------------
 
-    def snapshot(self) -> StatsSnapshot:
-        fleet = self.fleet.dispatcher.live() if self.fleet is not None else ()
-        return self.stats.snapshot(fleet, self.uploader.view() if self.uploader is not None else None)
+    def snapshot(self, prepared: Prepared) -> StatsSnapshot:
+        uploader = prepared.uploader
+        return self.stats.snapshot(prepared.fleet.dispatcher.live(), uploader.view() if uploader is not None else None)
 
-    async def run(self) -> tuple[SwarmOutcome, SyncReport | None]:
-        swarm, sink = self.swarm, self.sink
-        assert swarm is not None and sink is not None
+    async def run(self, prepared: Prepared, *,
+                  probes: Sequence[Companion] = ()) -> tuple[SwarmOutcome, SyncReport | None]:
+        """The swarm with its companions; `probes`: more loops beside it (a benchmark's sampler)."""
+        swarm, sink, uploader, metrics = prepared.swarm, prepared.sink, prepared.uploader, prepared.metrics
         view = self.cfg.view
 
-        async def progress() -> None:
-            await show_progress(self.snapshot, live=False if view.plain else None, plain_every_s=view.progress_every)
+        def snapshot() -> StatsSnapshot:
+            return self.snapshot(prepared)
 
-        companions = [*self._companions, progress]
-        if self.metrics is not None:
-            metrics = self.metrics
-            companions.append(lambda: metrics.publish(self.snapshot))
-        if self.uploader is not None:
-            companions.append(self.uploader.run)
+        async def progress() -> None:
+            await show_progress(snapshot, live=False if view.plain else None, plain_every_s=view.progress_every)
+
+        companions = [*prepared.companions, *probes, progress]
+        if metrics is not None:
+            companions.append(lambda: metrics.publish(snapshot))
+        if uploader is not None:
+            companions.append(uploader.run)
 
         def announce() -> None:
             say(f"\nstopping: no new requests; waiting up to {self.cfg.grace:.0f}s for those in flight "
@@ -259,24 +265,23 @@ class Run:
             try:
                 sink.announce(await asyncio.to_thread(sink.close, announce=False))
             finally:
-                if self.uploader is not None and self.cfg.s3 is not None:
+                if uploader is not None and self.cfg.s3 is not None:
                     ended = not swarm.outcome.interrupted and swarm.outcome.fatal is None
-                    sync = await drain(self.uploader, self.cfg.s3, self.cfg.out, "finished" if ended else "stopped",
+                    sync = await drain(uploader, self.cfg.s3, self.cfg.out, "finished" if ended else "stopped",
                                        skip=self.stop.skip_on_signal())
         return outcome, sync
 
     # -- finish ----------------------------------------------------------------------------------------
 
-    async def finish(self, outcome: SwarmOutcome, sync: SyncReport | None) -> int:
-        source, sink = self.source, self.sink
-        assert source is not None and sink is not None
-        final = self.snapshot()
+    async def finish(self, prepared: Prepared, outcome: SwarmOutcome, sync: SyncReport | None) -> int:
+        source, sink, metrics = prepared.source, prepared.sink, prepared.metrics
+        final = self.snapshot(prepared)
         print_summary(source.counts, final, outcome, sink.failures_path, turns=self.cfg.turns)
         linger = self.cfg.view.metrics_linger
-        if self.metrics is not None:
+        if metrics is not None:
             if linger > 0:
                 say(f"metrics: serving the final figures until a scrape reads them (at most {linger:.0f}s)")
-            await self.metrics.finish(final, linger)
+            await metrics.finish(final, linger)
         if outcome.fatal is not None:
             raise outcome.fatal
         no_valid = None if outcome.interrupted else source.counts.no_valid_record()
@@ -284,9 +289,9 @@ class Run:
             if self.cfg.strict:
                 raise InputError(f"{no_valid}; stopping because of --strict")
             raise InputError(f"nothing was generated: {no_valid}")
-        if self.uploader is not None and self.uploader.fatal is not None:
-            raise self.uploader.fatal
-        print_next_steps(RunOutput(self.cfg.out, records=self._done_before + sink.written, written=sink.written,
+        if prepared.uploader is not None and prepared.uploader.fatal is not None:
+            raise prepared.uploader.fatal
+        print_next_steps(RunOutput(self.cfg.out, records=prepared.done_before + sink.written, written=sink.written,
                                    without_ids=sink.without_ids, token_ids=self.cfg.fleet.token_ids,
                                    simulated=self.cfg.simulate is not None, failures=sink.failures_path),
                          interrupted=outcome.interrupted)

@@ -51,11 +51,11 @@ async def _main(cfg: RunConfig, stop: StopController) -> int:
     try:
         async with contextlib.AsyncExitStack() as stack:
             run = Run(cfg, stop)
-            early = await run.prepare(stack)
-            if early is not None:
-                return early
-            outcome, sync = await run.run()
-            return await run.finish(outcome, sync)  # inside: --metrics-linger serves from the stack's server
+            prepared = await run.prepare(stack)
+            if isinstance(prepared, int):
+                return prepared  # nothing to do: an exit code
+            outcome, sync = await run.run(prepared)
+            return await run.finish(prepared, outcome, sync)  # inside: --metrics-linger serves from the stack's server
     except asyncio.CancelledError:
         say(_STOPPED)
         return EXIT_INTERRUPTED

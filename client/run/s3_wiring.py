@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 from client.core.errors import ConfigError
@@ -17,12 +18,14 @@ from client.run.console import say
 from client.s3.manifest import manifest_key, writer_name
 from client.s3.resume import S3Start, commit
 from client.s3.resume import start as start_s3
+from client.s3.segment_upload import PendingSegment
 from client.s3.store import S3Error, S3Store, S3Url
 from client.s3.uploader import SegmentUploader, SyncReport
 
 
 async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids: set[str],
-                   stack: contextlib.AsyncExitStack, *, shard_source: str = "") -> SegmentUploader:
+                   stack: contextlib.AsyncExitStack, *, failed_count: Callable[[], int],
+                   shard_source: str = "") -> SegmentUploader:
     """Check the bucket, add the done ids held in S3 and find what an earlier run left unuploaded: all
     before any request, so a bad bucket costs nothing, and without writing anything (`register_s3` does)."""
     url = S3Url.parse(args.s3)
@@ -34,21 +37,20 @@ async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids
                                sync_interval_s=args.sync_interval, done=done_ids, shard_source=shard_source)
     except S3Error as exc:
         raise ConfigError(f"{exc}. Nothing was sent; start again once S3 answers.") from exc
+
+    async def clean_up() -> list[PendingSegment]:
+        await commit(store, found, writer=writer, delete_uploaded=args.delete_uploaded)
+        _say_cleaned(found)
+        return found.pending
+
     uploader = SegmentUploader(store, found.manifest, found.etag, gzipped=args.s3_gzip,
                                part_size=int(args.s3_part_mb * (1 << 20)), delete_uploaded=args.delete_uploaded,
+                               failed_count=failed_count, before_register=clean_up,
                                note=lambda line: say(f"s3: {line}"), lease=found.lease)
     say(f"s3: {url} as writer {writer} ({manifest_key(writer)}): read {found.manifests} manifest(s); "
          f"{found.s3_ids_added:,} more done id(s) from {found.s3_segments} segment index(es) in {found.seconds:.1f}s")
     for line in found.damaged:
         say(f"s3: warning: {line}")
-
-    async def clean_up() -> None:
-        await commit(store, found, writer=writer, delete_uploaded=args.delete_uploaded)
-        for segment in found.pending:
-            uploader.add(segment)
-        _say_cleaned(found)
-
-    uploader.before_register = clean_up
     return uploader
 
 

@@ -25,7 +25,7 @@ import contextlib
 import hashlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from client.core.errors import ManifestConflict, RegenError
@@ -70,7 +70,7 @@ class SegmentUploader:
         part_size: int = 64 << 20,
         delete_uploaded: bool = False,
         failed_count: Callable[[], int] = lambda: 0,
-        on_fatal: Callable[[RegenError], None] = lambda error: None,
+        before_register: Callable[[], Awaitable[Iterable[PendingSegment]]] | None = None,
         max_backoff_s: float = 60.0,
         single_put_limit: int = SINGLE_PUT_LIMIT,
         note: Callable[[str], None] = lambda line: None,
@@ -84,8 +84,7 @@ class SegmentUploader:
         self.put = SegmentPut(store, gzipped=gzipped, part_size=part_size, single_put_limit=single_put_limit,
                               note=note)
         self.delete_uploaded = delete_uploaded
-        self.failed_count = failed_count
-        self.on_fatal = on_fatal
+        self.failed_count = failed_count  # the run's failed prompts, stored in each manifest
         self.max_backoff_s = max_backoff_s
         self.fatal: RegenError | None = None
         self.uploaded = 0
@@ -100,8 +99,9 @@ class SegmentUploader:
         self._final_state = ""
         self._failures = 0
         self._wake = asyncio.Event()
-        # The start-up clean-up held back until nothing can refuse the start (client.s3.resume.commit).
-        self.before_register: Callable[[], Awaitable[None]] | None = None
+        # The start-up clean-up held back until nothing can refuse the start (client.s3.resume.commit); it
+        # returns the segments an earlier run closed but did not upload, which go up first.
+        self._before_register = before_register
 
     async def register(self) -> None:
         """Claim this writer's shard and name once the start cannot be refused any more: the shard's lease
@@ -111,9 +111,10 @@ class SegmentUploader:
             takeover = await self.lease.claim()
             if takeover:
                 self.note(takeover)
-        if self.before_register is not None:
-            await self.before_register()
-            self.before_register = None
+        if self._before_register is not None:
+            for segment in await self._before_register():
+                self.add(segment)
+            self._before_register = None
         await self.write_manifest()
 
     # -- feeding (event loop thread, never blocks) -----------------------------------------------------
@@ -145,8 +146,11 @@ class SegmentUploader:
     # -- the loop --------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Runs until cancelled (a companion of the swarm), or until a fatal conflict."""
-        while self.fatal is None:
+        """Runs until cancelled (a companion of the swarm); a conflict over the manifest is raised, which
+        ends the swarm's TaskGroup with it (another writer owns this name: nothing more may go up)."""
+        while True:
+            if self.fatal is not None:
+                raise self.fatal
             if not self._pending and not self._dirty:
                 try:
                     async with asyncio.timeout(self.heartbeat_s):
@@ -187,7 +191,6 @@ class SegmentUploader:
                 await self._step()
             except ManifestConflict as exc:
                 self.fatal = exc
-                self.on_fatal(exc)
                 return
             except (S3Error, S3AccessError) as exc:
                 self.last_error = describe_error(exc)
