@@ -157,9 +157,7 @@ def eta(*, unsent: int, in_flight: Sequence[float], lengths: LengthHistogram, pa
     """The rule of the module docstring. `in_flight`: the tokens each request in flight has streamed.
     `pace`: one request's output tok/s now. `rate`: the fleet's output tok/s, needed only when nothing is
     in flight (with requests in flight it is their count x `pace`)."""
-    mean = prior_mean if prior_mean is not None else lengths.mean
-    if mean is not None and max_tokens is not None:
-        mean = min(mean, float(max_tokens))
+    mean = _capped_mean(lengths, prior_mean, max_tokens)
     unsent = max(0, unsent)
     if unsent == 0 and not in_flight:
         return EtaParts(0.0, 0.0, mean, 0.0)
@@ -174,7 +172,18 @@ def eta(*, unsent: int, in_flight: Sequence[float], lengths: LengthHistogram, pa
     if known:
         longest = max(known)
         return EtaParts(unsent * fresh / (len(known) * pace) + longest / pace, work, mean, longest, tuple(known))
-    # Nothing in flight: the fleet would start min(U, C) fresh requests at once.
+    return _nothing_in_flight(unsent, fresh, work, mean, lengths, pace, rate, max_tokens)
+
+
+def _capped_mean(lengths: LengthHistogram, prior_mean: float | None, max_tokens: int | None) -> float | None:
+    mean = prior_mean if prior_mean is not None else lengths.mean
+    return min(mean, float(max_tokens)) if mean is not None and max_tokens is not None else mean
+
+
+def _nothing_in_flight(unsent: int, fresh: float, work: float, mean: float | None, lengths: LengthHistogram,
+                       pace: float, rate: float | None, max_tokens: int | None) -> EtaParts:
+    """Nothing in flight: the fleet would start min(U, C) fresh requests at once, and the longest of them
+    sets the tail."""
     fleet_rate = rate if rate is not None and rate > 0 else pace
     k = min(unsent, max(1, round(fleet_rate / pace)))
     drawn = lengths.expected_max(k) if lengths.total >= MIN_LENGTHS else None

@@ -325,30 +325,20 @@ class RunStats:
         remaining = None if self.total is None else max(0, self.total - self.done - self.failed)
         in_flight = sum(e.in_flight for e in fleet)
         streamed = sum(e.streamed_tokens for e in fleet)
-        tokens_long = sum(r or 0.0 for r in long_rates)
-        tokens_short = sum(r or 0.0 for r in short_rates)
+        tokens_long = _rate_sum(long_rates)
+        tokens_short = _rate_sum(short_rates)
         parts = self._eta(now, remaining, streamed)
         eta_s = None if parts is None else parts.seconds
         gpus, gpus_source = self._gpus(fleet)
-        gpu_hours = None if not gpus or eta_s is None else gpus * (elapsed + eta_s) / 3600.0
+        gpu_hours = _gpu_hours(gpus, elapsed + eta_s) if eta_s is not None else None
         server_own = [e.server_gen_rate if e.server_gen_rate is not None else server_rates[i]
                       for i, e in enumerate(fleet)]
         results = [self.endpoints[i] if i < len(self.endpoints) else EndpointResults() for i in range(len(fleet))]
-        endpoints = tuple(
-            EndpointSnapshot(
-                url=e.url, state=e.state, in_flight=e.in_flight, max_in_flight=e.max_in_flight, capacity=e.capacity,
-                done=r.done, errors=r.errors, tokens_per_s=short_rates[i] or 0.0,
-                server_running=e.server_running, server_waiting=e.server_waiting,
-                last_error=e.note if e.state != "up" and e.note else r.last_error,
-                tokens_per_s_long=long_rates[i] or 0.0, server_tokens_per_s=server_own[i],
-                token_usage=e.server_token_usage, accept_length=e.server_accept_length,
-                cache_hit=None if r.cached_tokens is None or not r.prompt_tokens else r.cached_tokens / r.prompt_tokens,
-            )
-            for i, (e, r) in enumerate(zip(fleet, results, strict=True))
-        )
+        endpoints = tuple(_endpoint_snapshot(e, r, short_rates[i], long_rates[i], server_own[i])
+                          for i, (e, r) in enumerate(zip(fleet, results, strict=True)))
         cached = _sum([None if r.cached_tokens is None else float(r.cached_tokens) for r in self.endpoints])
         accepts = [e.server_accept_length for e in fleet if e.server_accept_length is not None]
-        wakes = self._waits.values()
+        wakes = [wake - now for wake in self._waits.values()]
         return StatsSnapshot(
             elapsed_s=elapsed,
             total=self.total,
@@ -369,14 +359,44 @@ class RunStats:
             endpoints=endpoints,
             streamed_tokens=streamed,
             server_tokens_per_s=_sum(server_own),
-            cache_hit=None if cached is None or not self.prompt_tokens else cached / self.prompt_tokens,
-            gpu_hours_so_far=None if not gpus else gpus * elapsed / 3600.0,
+            cache_hit=_share(cached, self.prompt_tokens),
+            gpu_hours_so_far=_gpu_hours(gpus, elapsed),
             expected_tokens_per_prompt=self.expected_tokens_per_prompt,
             sync=sync,
-            accept_length=sum(accepts) / len(accepts) if accepts else None,
+            accept_length=_mean(accepts),
             loops_stopped=self.loops_stopped,
             waiting=len(self._waits),
-            waiting_wake_s=(min(wakes) - now, max(wakes) - now) if wakes else None,
+            waiting_wake_s=(min(wakes), max(wakes)) if wakes else None,
             gpus=gpus, gpus_source=gpus_source, eta_parts=parts,
             cancelled_in_flight=self.cancelled_in_flight, cancelled_ids=tuple(self.cancelled_ids),
         )
+
+
+def _rate_sum(rates: Sequence[float | None]) -> float:
+    return sum(r or 0.0 for r in rates)
+
+
+def _gpu_hours(gpus: int | None, seconds: float) -> float | None:
+    return gpus * seconds / 3600.0 if gpus else None
+
+
+def _share(part: float | None, whole: int) -> float | None:
+    return None if part is None or not whole else part / whole
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _endpoint_snapshot(e: EndpointLive, r: EndpointResults, short_rate: float | None, long_rate: float | None,
+                       server_rate: float | None) -> EndpointSnapshot:
+    """One endpoint's row: its live view (the dispatcher's) beside its results (kept here)."""
+    return EndpointSnapshot(
+        url=e.url, state=e.state, in_flight=e.in_flight, max_in_flight=e.max_in_flight, capacity=e.capacity,
+        done=r.done, errors=r.errors, tokens_per_s=short_rate or 0.0,
+        server_running=e.server_running, server_waiting=e.server_waiting,
+        last_error=e.note if e.state != "up" and e.note else r.last_error,
+        tokens_per_s_long=long_rate or 0.0, server_tokens_per_s=server_rate,
+        token_usage=e.server_token_usage, accept_length=e.server_accept_length,
+        cache_hit=_share(None if r.cached_tokens is None else float(r.cached_tokens), r.prompt_tokens),
+    )

@@ -120,6 +120,26 @@ async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wa
                         note: Callable[[str], None] = lambda _: None) -> str:
     """The model to request: `requested` if every answering endpoint serves it, else the fleet's one model.
     Until one endpoint lists its models, they are asked again for up to `wait_s`, said in one line."""
+    served = await _model_lists(endpoints, wait_s, note)
+    first_listed = next((names[0] for names in served.values() if names), None)
+    model = requested or first_listed
+    if model is None:
+        raise ConfigError("the endpoints list no models at /v1/models; pass --model NAME")
+    missing = {url: names for url, names in served.items() if model not in names}
+    if len(missing) == len(served):
+        offered = sorted({name for names in served.values() for name in names})
+        raise ConfigError(f"no server serves model {model!r}; they serve: {', '.join(offered) or 'nothing'}. "
+                          "Pass one of those with --model.")
+    if missing:
+        detail = "; ".join(f"{url} serves {', '.join(names) or 'nothing'}" for url, names in missing.items())
+        raise ConfigError(f"not every endpoint serves {model!r} ({detail}). A run must come from one model: "
+                          "fix the fleet or drop those endpoints.")
+    return model
+
+
+async def _model_lists(endpoints: Sequence[Endpoint], wait_s: float,
+                       note: Callable[[str], None]) -> dict[str, list[str]]:
+    """Each answering endpoint's /v1/models ids, by URL; asked again for up to `wait_s` until one answers."""
     deadline = time.monotonic() + wait_s
     served: dict[str, list[str]] = {}
     said = False
@@ -131,29 +151,15 @@ async def resolve_model(endpoints: Sequence[Endpoint], requested: str | None, wa
                 served[endpoint.url] = (await endpoint.model_catalog()).ids
             except AttemptError:
                 continue  # still starting; it is checked when it answers
-        if served or time.monotonic() >= deadline:
-            break
+        if served:
+            return served
+        if time.monotonic() >= deadline:
+            raise ConfigError("no endpoint answered /v1/models; are these inference servers? "
+                              "Pass --wait-ready SECONDS if they are still starting.")
         if not said:
             said = True
             note(f"waiting up to {wait_s:.0f}s for /v1/models to answer on {', '.join(e.url for e in endpoints)}")
         await asyncio.sleep(2.0)
-    if not served:
-        raise ConfigError("no endpoint answered /v1/models; are these inference servers? "
-                          "Pass --wait-ready SECONDS if they are still starting.")
-    first_listed = next((names[0] for names in served.values() if names), None)
-    model = requested or first_listed
-    if model is None:
-        raise ConfigError("the endpoints list no models at /v1/models; pass --model NAME")
-    missing = {url: names for url, names in served.items() if model not in names}
-    if missing:
-        if len(missing) == len(served):
-            offered = sorted({name for names in served.values() for name in names})
-            raise ConfigError(f"no server serves model {model!r}; they serve: {', '.join(offered) or 'nothing'}. "
-                              "Pass one of those with --model.")
-        detail = "; ".join(f"{url} serves {', '.join(names) or 'nothing'}" for url, names in missing.items())
-        raise ConfigError(f"not every endpoint serves {model!r} ({detail}). A run must come from one model: "
-                          "fix the fleet or drop those endpoints.")
-    return model
 
 
 async def check_max_tokens(endpoints: Sequence[Endpoint], model: str, max_tokens: int) -> None:

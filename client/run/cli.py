@@ -285,22 +285,29 @@ def settings_from(args: argparse.Namespace) -> SamplingSettings:
     )
 
 
+# Options that do not go together: (the test, the one line argparse exits 2 with), checked in this order.
+_MISUSE: tuple[tuple[Callable[[argparse.Namespace], bool], str], ...] = (
+    (lambda a: bool(a.endpoints) == bool(a.simulate), "give exactly one of --endpoints or --simulate N"),
+    (lambda a: not a.s3 and bool(a.delete_uploaded or a.s3_gzip or a.s3_endpoint_url),
+     "--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX"),
+    (lambda a: a.preserve_thinking and a.turns != "all",
+     "--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all"),
+    (lambda a: bool(a.sim_arg) and not a.simulate,
+     "--sim-arg is passed to the simulated servers: it needs --simulate N"),
+    (lambda a: a.tokenizer is not None and a.train_window is None,
+     "--tokenizer counts prompts for --train-window: it needs --train-window N"),
+    (lambda a: bool(a.redo_edited and a.s3),
+     "--redo-edited rewrites local segments, and with --s3 they are uploaded (never rewritten)"),
+)
+
+
 def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunConfig:
     """Check the options against each other (misuse exits 2 with one line) and freeze them. ConfigError (exit 2)
     when --endpoints @FILE cannot be read, --out holds other files and no run, or a prompt file cannot be
     used: all of it before any server starts."""
-    if bool(args.endpoints) == bool(args.simulate):
-        parser.error("give exactly one of --endpoints or --simulate N")
-    if not args.s3 and (args.delete_uploaded or args.s3_gzip or args.s3_endpoint_url):
-        parser.error("--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX")
-    if args.preserve_thinking and args.turns != "all":
-        parser.error("--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all")
-    if args.sim_arg and not args.simulate:
-        parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
-    if args.tokenizer is not None and args.train_window is None:
-        parser.error("--tokenizer counts prompts for --train-window: it needs --train-window N")
-    if args.redo_edited and args.s3:
-        parser.error("--redo-edited rewrites local segments, and with --s3 they are uploaded (never rewritten)")
+    for misused, message in _MISUSE:
+        if misused(args):
+            parser.error(message)
     check_out_dir(Path(args.out), allow_nonempty=args.allow_nonempty_out)
     resolve_prompt_files([Path(p) for p in args.prompts])  # missing, a JSON array, another shape: before any server
     fleet = FleetConfig(

@@ -24,7 +24,7 @@ from client.engine.session import Fleet, open_fleet
 from client.engine.swarm import RetryPolicy, Swarm, SwarmOutcome, SwarmSettings
 from client.engine.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger, skip_too_long
 from client.local.estimate_file import expected_tokens_per_prompt
-from client.local.ledger import read_done_ids
+from client.local.ledger import ScanReport, read_done_ids
 from client.local.prompt_files import resolve_prompt_files
 from client.local.run_settings import shaping_settings
 from client.local.sink import ResultSink, new_run_id
@@ -85,6 +85,32 @@ class Prepared:
     done_before: int  # records under --out before this run
 
 
+def _prompt_paths(prompts: Sequence[Path], *, strict: bool) -> list[Path] | None:
+    """The prompt files to read; None when every one is empty (nothing to do; under --strict, an error)."""
+    prompt_files = resolve_prompt_files(list(prompts), note=say)
+    if prompt_files.all_empty:
+        nothing = "the prompt file(s) hold no record at all (" + ", ".join(map(str, prompt_files.empty)) + " empty)"
+        if strict:
+            raise InputError(f"{nothing}; stopping because of --strict")
+        say(f"warning: nothing to do: {nothing}")
+        return None
+    for path in prompt_files.empty:
+        say(f"warning: --prompts {path} is empty")
+    return prompt_files.paths
+
+
+def _read_done(out: Path) -> tuple[set[str], ScanReport]:
+    """The done ids under --out (a torn tail repaired, damaged sidecars rebuilt), said when there are any."""
+    done_ids, scan = read_done_ids(out / "segments")
+    if scan.segments:
+        repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
+        corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
+        rebuilt = (f", rebuilt {scan.rebuilt_sidecars} damaged .ids sidecar(s) from their segments"
+                   if scan.rebuilt_sidecars else "")
+        say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}{rebuilt}")
+    return done_ids, scan
+
+
 class Run:
     def __init__(self, cfg: RunConfig, stop: StopController) -> None:
         self.cfg = cfg
@@ -102,24 +128,11 @@ class Run:
         ResultSink.prepare(cfg.out)
         s3_url = cfg.s3.s3 if cfg.s3 is not None else None
         await asyncio.to_thread(check_sync_target, cfg.out, s3_url)  # before anything is read from S3 or sent
-        prompt_files = resolve_prompt_files(list(cfg.prompts), note=say)
-        if prompt_files.all_empty:
-            nothing = "the prompt file(s) hold no record at all (" + ", ".join(map(str, prompt_files.empty)) + " empty)"
-            if cfg.strict:
-                raise InputError(f"{nothing}; stopping because of --strict")
-            say(f"warning: nothing to do: {nothing}")
+        paths = _prompt_paths(cfg.prompts, strict=cfg.strict)
+        if paths is None:
             return EXIT_OK
-        for path in prompt_files.empty:
-            say(f"warning: --prompts {path} is empty")
-        paths = prompt_files.paths
         shard, shard_source = resolve_shard(cfg.shard, cfg.shard_count, os.environ, note=say)
-        done_ids, scan = read_done_ids(cfg.out / "segments")
-        if scan.segments:
-            repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
-            corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
-            rebuilt = (f", rebuilt {scan.rebuilt_sidecars} damaged .ids sidecar(s) from their segments"
-                       if scan.rebuilt_sidecars else "")
-            say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}{rebuilt}")
+        done_ids, scan = _read_done(cfg.out)
         uploader = None
         if cfg.s3 is not None:
             uploader = await open_s3(cfg.s3, cfg.out, shard or Shard(0, 1), self.run_id, done_ids, stack,
@@ -127,10 +140,7 @@ class Run:
         ledger = await self._turn_ledger(done_ids) if cfg.turns == "all" else None
         # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
         skip_ids = ledger.finished if ledger is not None else done_ids
-        too_long_ids = set() if cfg.retry_too_long else skip_too_long(cfg.out, done_ids, ledger, cfg.train_window)
-        if too_long_ids:
-            say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
-                "(too_long in the failures file); pass --retry-too-long to send them again")
+        too_long_ids = self._too_long_earlier(done_ids, ledger)
         metrics = self._start_metrics(stack, uploader)
 
         gate = SettingsGate(cfg.out, run_id=self.run_id, allow_change=cfg.allow_settings_change,
@@ -151,9 +161,9 @@ class Run:
         await gate.record(paths)
         await check_edited(gate.changed_prompt_files, paths, cfg.out, done_ids, redo=cfg.redo_edited, ledger=ledger)
         await register_s3(uploader)  # only now: a start refused above has left S3 as it found it
-        thinking = "on" if cfg.sampling.enable_thinking else "off"
-        say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking {thinking}, "
-            f"max_tokens {cfg.sampling.max_tokens}, turns {cfg.turns}")
+        say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking "
+            f"{'on' if cfg.sampling.enable_thinking else 'off'}, max_tokens {cfg.sampling.max_tokens}, "
+            f"turns {cfg.turns}")
 
         source = PromptSource(paths, skip_ids, strict=cfg.strict, shard=shard, on_problem=self._problem_shower(),
                               too_long_ids=too_long_ids)
@@ -176,6 +186,17 @@ class Run:
             companions.append(seed_lengths)
         return Prepared(fleet=fleet, source=source, sink=sink, swarm=self._swarm(fleet, source, sink, ledger),
                         uploader=uploader, metrics=metrics, companions=tuple(companions), done_before=len(done_ids))
+
+    def _too_long_earlier(self, done_ids: set[str], ledger: TurnLedger | None) -> set[str]:
+        """The prompts an earlier run found too long (or filling the window), left out unless --retry-too-long."""
+        cfg = self.cfg
+        if cfg.retry_too_long:
+            return set()
+        too_long_ids = skip_too_long(cfg.out, done_ids, ledger, cfg.train_window)
+        if too_long_ids:
+            say(f"leaving out {len(too_long_ids):,} prompt(s) an earlier run found longer than the server's context "
+                "(too_long in the failures file); pass --retry-too-long to send them again")
+        return too_long_ids
 
     def _swarm(self, fleet: Fleet, source: PromptSource, sink: ResultSink, ledger: TurnLedger | None) -> Swarm:
         cfg = self.cfg

@@ -33,27 +33,40 @@ class LoadFormatError(ValueError):
 def parse_v1_loads(body: bytes) -> ServerLoad:
     """SGLang >= 0.5: `{"loads": [{"dp_rank", "num_running_reqs", "num_waiting_reqs", "max_running_requests",
     "token_usage", "gen_throughput", ...}, ...]}`, one entry per DP rank."""
-    document = _json(body)
-    ranks = document.get("loads") if isinstance(document, dict) else None
-    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) for r in ranks):
-        raise LoadFormatError("/v1/loads: expected a non-empty 'loads' list")
+    ranks = _rank_entries(_json(body))
     try:
         running = sum(int(r["num_running_reqs"]) for r in ranks)
         waiting = sum(int(r.get("num_waiting_reqs", 0)) for r in ranks)
     except (KeyError, TypeError, ValueError) as exc:
         raise LoadFormatError(f"/v1/loads: bad rank entry ({exc})") from exc
-    limits = [r.get("max_running_requests") for r in ranks]
-    capacity = sum(int(x) for x in limits) if all(isinstance(x, int) and x > 0 for x in limits) else None
-    usages = [float(r["token_usage"]) for r in ranks if isinstance(r.get("token_usage"), int | float)]
-    throughputs = [float(r["gen_throughput"]) for r in ranks if isinstance(r.get("gen_throughput"), int | float)]
-    accepts = [float(spec["accept_length"]) for r in ranks
-               if isinstance(spec := r.get("speculative"), dict) and isinstance(spec.get("accept_length"), int | float)]
+    usages = _numbers(ranks, "token_usage")
+    throughputs = _numbers(ranks, "gen_throughput")
+    accepts = _numbers([spec for r in ranks if isinstance(spec := r.get("speculative"), dict)], "accept_length")
     return ServerLoad(
-        running=running, waiting=waiting, capacity=capacity,
+        running=running, waiting=waiting, capacity=_capacity(ranks),
         token_usage=max(usages) if usages else None,
         gen_throughput=sum(throughputs) if throughputs else None,
         accept_length=sum(accepts) / len(accepts) if accepts else None,
     )
+
+
+def _rank_entries(document: Any) -> list[dict[str, Any]]:
+    ranks = document.get("loads") if isinstance(document, dict) else None
+    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) for r in ranks):
+        raise LoadFormatError("/v1/loads: expected a non-empty 'loads' list")
+    return ranks
+
+
+def _capacity(ranks: list[dict[str, Any]]) -> int | None:
+    """Every rank's max_running_requests summed; None unless every rank gives a positive count."""
+    limits = [r.get("max_running_requests") for r in ranks]
+    counts = [x for x in limits if isinstance(x, int) and x > 0]
+    return sum(counts) if len(counts) == len(limits) else None
+
+
+def _numbers(entries: list[dict[str, Any]], key: str) -> list[float]:
+    """The entries' `key` where it is a number; a rank that leaves it out (or sends null) is skipped."""
+    return [float(value) for entry in entries if isinstance(value := entry.get(key), int | float)]
 
 
 def parse_get_load(body: bytes) -> ServerLoad:
