@@ -319,30 +319,25 @@ def _no_room(exc: OSError) -> bool:
                                                                        "Disk quota exceeded"))
 
 
+# What the export left out by its own rules, or could not read: (the report's count, the line after it).
+_NOTES = (
+    ("dropped_loops", "note: {:,} reply(ies) stopped as loops (finish_reason repetition) are left out: a loop is "
+     "not training data"),
+    ("unreproducible", "note: {:,} reply(ies) that did not end by themselves (cut by max_tokens) are left out of "
+     "the specforge rows: SpecForge would close them with tokens the model never generated; --format "
+     "specforge-tokenized keeps them as generated"),
+    ("template_left_out", "note: {:,} row(s) that SpecForge would train on differently from the server's tokens "
+     "are left out (the template check above names them)"),
+    ("earlier_turns", "note: {:,} turn(s) before their conversation's last are in no conversation row: the server "
+     "generated each later turn without their reasoning, so one row cannot train both; --rows turn writes every "
+     "turn as its own row"),
+    ("unfinished_conversations", "note: {:,} conversation(s) have no final turn (`!`) in the results; written with "
+     "the turns there are"),
+    ("unreadable", "warning: {:,} result line(s) could not be read as records (named above); they are not in OUT"),
+    ("malformed", "warning: {:,} record(s) could not be read as result records (named above); they are not in OUT"),
+)
+
+
 def _notes(report: Any) -> list[str]:
     """One line for each kind of record the export left out by its own rules, or could not read."""
-    notes = []
-    if report.dropped_loops:
-        notes.append(f"note: {report.dropped_loops:,} reply(ies) stopped as loops (finish_reason repetition) are left "
-                     "out: a loop is not training data")
-    if report.unreproducible:
-        notes.append(f"note: {report.unreproducible:,} reply(ies) that did not end by themselves (cut by max_tokens) "
-                     "are left out of the specforge rows: SpecForge would close them with tokens the model never "
-                     "generated; --format specforge-tokenized keeps them as generated")
-    if report.template_left_out:
-        notes.append(f"note: {report.template_left_out:,} row(s) that SpecForge would train on differently from the "
-                     "server's tokens are left out (the template check above names them)")
-    if report.earlier_turns:
-        notes.append(f"note: {report.earlier_turns:,} turn(s) before their conversation's last are in no conversation "
-                     "row: the server generated each later turn without their reasoning, so one row cannot train "
-                     "both; --rows turn writes every turn as its own row")
-    if report.unfinished_conversations:
-        notes.append(f"note: {report.unfinished_conversations:,} conversation(s) have no final turn (`!`) in the "
-                     "results; written with the turns there are")
-    if report.unreadable:
-        notes.append(f"warning: {report.unreadable:,} result line(s) could not be read as records (named above); "
-                     "they are not in OUT")
-    if report.malformed:
-        notes.append(f"warning: {report.malformed:,} record(s) could not be read as result records (named above); "
-                     "they are not in OUT")
-    return notes
+    return [line.format(count) for field, line in _NOTES if (count := getattr(report, field))]

@@ -18,6 +18,7 @@ would, and ``datasets``' cache directory is the job's own, so no job reads anoth
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -41,6 +42,33 @@ def offline(scratch: str) -> None:
     os.environ["HF_DATASETS_CACHE"] = os.path.join(scratch, "hf-datasets")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+def rows_job(prepare: Callable[[argparse.Namespace, str], list[dict[str, object]]],
+             arguments: Callable[[list[str]], argparse.Namespace]) -> Job:
+    """A driver's job: its command line parsed, its rows prepared by the trainer's code and written; the
+    trainer's own failure is the result (exit 3 with the error line), not a crash."""
+
+    def job(argv: list[str], scratch: str) -> int:
+        args = arguments(argv)
+        try:
+            rows = prepare(args, scratch)
+        except Exception as exc:
+            report(exc)
+            return TRAINER_ERROR_EXIT
+        write_rows(rows, args.out)
+        return 0
+
+    return job
+
+
+def main(argv: list[str], *, job: Job, check: Callable[[], int], import_trainer: Callable[[], None]) -> int:
+    """`--check` (is the trainer installed), `--serve` (jobs from stdin), or one job from the command line."""
+    if argv == ["--check"]:
+        return check()
+    if argv == ["--serve"]:
+        return serve(job, import_trainer)
+    return one_shot(job, argv)
 
 
 def report(exc: BaseException) -> None:

@@ -128,23 +128,11 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def job(argv: list[str], scratch: str) -> int:
-    args = _arguments(argv)
-    try:
-        rows = _prepare(args, scratch)
-    except Exception as exc:  # the trainer's own failure is the result
-        driver_io.report(exc)
-        return driver_io.TRAINER_ERROR_EXIT
-    driver_io.write_rows(rows, args.out)
-    return 0
+job = driver_io.rows_job(_prepare, _arguments)
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["--check"]:
-        return _check()
-    if argv == ["--serve"]:
-        return driver_io.serve(job, _import_trainer)
-    return driver_io.one_shot(job, argv)
+    return driver_io.main(argv, job=job, check=_check, import_trainer=_import_trainer)
 
 
 if __name__ == "__main__":
