@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.report import emit
 from client.core.repetition import RepetitionDetector, TokenRepetitionDetector
-from launch.sim.script import _VOCAB
+from launch.sim.text import VOCAB
 
 
 class _NoOp:
@@ -119,8 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="append the table to this file")
     args = parser.parse_args(argv)
     rng = random.Random(0)
-    index = {piece: i for i, piece in enumerate(_VOCAB)}
-    pieces = rng.choices(_VOCAB, k=args.pieces)
+    index = {piece: i for i, piece in enumerate(VOCAB)}
+    pieces = rng.choices(VOCAB, k=args.pieces)
     ids = [index[p] * 997 + rng.randrange(997) for p in pieces]  # spread over a 250K-like vocabulary
     table_rows = [f"| {i:05d} | {rng.random():.3f} | {rng.randint(0, 999):03d} | ok |\n"
                   for i in range(args.pieces // 6)]

@@ -163,7 +163,13 @@ def _iter_array(f: IO[bytes], head: bytes, line: int, chunk_size: int) -> Iterat
                 yield _element(bytes(buf), start_line, index + 1, "the JSON array ends without its closing ]")
             return
         buf += chunk
-    trailing = bytes(buf[pos:]).strip()
+    yield from _after_close(f, bytes(buf[pos:]), line, chunk_size)
+
+
+def _after_close(f: IO[bytes], rest: bytes, line: int, chunk_size: int) -> Iterator[Item]:
+    """One problem item when anything but blanks follows the array's closing ]; reads on only as far as
+    the first non-blank chunk, so a huge blank tail costs no memory."""
+    trailing = rest.strip()
     while not trailing:
         chunk = f.read(chunk_size)
         if not chunk:

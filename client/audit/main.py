@@ -118,6 +118,19 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
 
 
 def render(data: dict[str, Any], console: Console) -> None:
+    console.print(_summary_table(data))
+    console.print(_endpoint_table(data))
+    render_accept(data["accept_length"], console)
+    _examples(data, console)
+    for finding in data["findings"]:
+        style = "red" if finding["level"] == "fail" else "yellow"
+        console.print(f"[{style}]{finding['level'].upper()}[/{style}] {finding['message']}", highlight=False)
+    colour = {"healthy": "green", "broken": "bold red", "incomplete": "yellow"}[data["verdict"]]
+    console.print(f"[{colour}]verdict: {data['verdict'].upper()}[/{colour}]{_truncation_note(data)}",
+                  highlight=False)
+
+
+def _summary_table(data: dict[str, Any]) -> Table:
     counts, tokens, ids = data["counts"], data["completion_tokens"], data["ids"]
     n = counts["records"]
     table = Table(title="Audit", show_header=False, title_justify="left")
@@ -142,51 +155,58 @@ def render(data: dict[str, Any], console: Console) -> None:
     reasoning = data["reasoning"]
     table.add_row("empty reasoning", f"{reasoning['empty']:,} of {reasoning['thinking_on']:,} with thinking on "
                                      f"({reasoning['empty_share']:.1%})")
-    calls = data["tool_calls"]
-    invalid = sum(calls["invalid"].values())
-    table.add_row("tool calls", f"{calls['calls']:,} in {calls['records_with_calls']:,} record(s); invalid {invalid:,}"
-                  + (f" ({', '.join(f'{k} {v}' for k, v in calls['invalid'].items())})" if invalid else "")
-                  + (f"; cut off by max_tokens {calls['truncated']:,}" if calls["truncated"] else ""))
+    table.add_row("tool calls", _tool_calls(data["tool_calls"]))
     table.add_row("loops", loops.row(data["loops"]))
     table.add_row("models", ", ".join(f"{m} {c:,}" for m, c in data["models"].items()))
     if counts["with_diverged_field"]:
         table.add_row("diverged", f"{counts['diverged']:,} of {counts['with_diverged_field']:,}")
-    console.print(table)
+    return table
+
+
+def _tool_calls(calls: dict[str, Any]) -> str:
+    invalid = sum(calls["invalid"].values())
+    return (f"{calls['calls']:,} in {calls['records_with_calls']:,} record(s); invalid {invalid:,}"
+            + (f" ({', '.join(f'{k} {v}' for k, v in calls['invalid'].items())})" if invalid else "")
+            + (f"; cut off by max_tokens {calls['truncated']:,}" if calls["truncated"] else ""))
+
+
+def _endpoint_table(data: dict[str, Any]) -> Table:
     mix = Table(title="Per endpoint", title_justify="left")
     for column in ("endpoint", "records", "mean tokens", "stub-like", "truncated"):
         mix.add_column(column, justify="left" if column == "endpoint" else "right")
     for url, e in data["endpoints"].items():
         mix.add_row(url, f"{e['records']:,}", f"{share(e['tokens'], e['records']):.0f}",
                     f"{share(e['stubs'], e['records']):.1%}", f"{share(e['truncated'], e['records']):.1%}")
-    console.print(mix)
-    render_accept(data["accept_length"], console)
+    return mix
+
+
+def _examples(data: dict[str, Any], console: Console) -> None:
+    stubs = data["stubs"]
     shown = (("stub-like", stubs["examples"] if stubs["share"] > 0.01 else []),
-             ("invalid tool calls", calls["examples"]), ("looping replies", data["loops"]["examples"]),
+             ("invalid tool calls", data["tool_calls"]["examples"]), ("looping replies", data["loops"]["examples"]),
              ("unreadable lines", data["unreadable_examples"]), ("damaged segments", data["damaged_segments"]))
     for label, examples in shown:
         if examples:
             console.print(f"[bold]{label}, e.g.:[/bold]")
             for example in examples:
                 console.print(f"  {example}", markup=False, highlight=False, soft_wrap=True)
-    if ids is not None:
-        for kind, examples in ids["examples"].items():
+    if data["ids"] is not None:
+        for kind, examples in data["ids"]["examples"].items():
             console.print(f"[bold]{kind} ids, e.g.:[/bold] " + "; ".join(examples), highlight=False, soft_wrap=True)
-    for finding in data["findings"]:
-        style = "red" if finding["level"] == "fail" else "yellow"
-        console.print(f"[{style}]{finding['level'].upper()}[/{style}] {finding['message']}", highlight=False)
-    colour = {"healthy": "green", "broken": "bold red", "incomplete": "yellow"}[data["verdict"]]
+
+
+def _truncation_note(data: dict[str, Any]) -> str:
+    """After the verdict, why the cut-off replies do not make it broken: max_tokens, the window's room, or both."""
     cut = data["finish_reasons"].get("length", 0)
     window = min(data["cut_by_train_window"], cut)  # of the `length` replies, those the window's room ended
     if not cut or data["verdict"] == "broken":
-        expected = ""
-    elif not window:
-        expected = f" ({cut:,} completion(s) cut off by max_tokens: truncated, which is expected, not broken)"
-    elif window == cut:
-        expected = f" ({cut:,} completion(s) ended at their --train-window room: what the trainer keeps, not broken)"
-    else:
-        expected = (f" ({cut:,} completion(s) cut off: {cut - window:,} by max_tokens, {window:,} at their "
-                    "--train-window room; expected, not broken)")
-    console.print(f"[{colour}]verdict: {data['verdict'].upper()}[/{colour}]{expected}", highlight=False)
+        return ""
+    if not window:
+        return f" ({cut:,} completion(s) cut off by max_tokens: truncated, which is expected, not broken)"
+    if window == cut:
+        return f" ({cut:,} completion(s) ended at their --train-window room: what the trainer keeps, not broken)"
+    return (f" ({cut:,} completion(s) cut off: {cut - window:,} by max_tokens, {window:,} at their "
+            "--train-window room; expected, not broken)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -103,6 +103,38 @@ class Scan:
 
     def add(self, where: str, record: dict[str, Any]) -> None:
         self.records += 1
+        self._ids(record)
+        tokens = usage_int(record.get("usage"), "completion_tokens")
+        if tokens is None:
+            self.no_usage += 1
+            tokens = 0
+        self.lengths.append(tokens)
+        self.with_ids += isinstance(record.get("completion_token_ids"), list)
+        finish = record.get("finish_reason")
+        finish_name = finish if isinstance(finish, str) else "none"
+        self.finish[finish_name] += 1
+        self._window(where, record, finish_name)
+        reasoning = record.get("reasoning") or ""
+        calls = record.get("tool_calls") or []
+        stub_like = self._stubs(where, record, tokens, reasoning, calls)
+        self._sampling(record, reasoning)
+        parts = token_parts(record)
+        self.reasoning_tokens += parts[0]
+        self.content_tokens += parts[1]
+        self.tool_tokens += parts[2]
+        if calls:
+            self._check_calls(where, record, calls)
+        model = record.get("model")
+        self.models[model if isinstance(model, str) else "(none)"] += 1
+        self._endpoint(record, tokens, stub_like, finish_name)
+        self.accept.add(record)
+        self.loops.add(where, record, tokens)
+        if "diverged" in record:
+            self.diverged_field += 1
+            self.diverged += bool(record["diverged"])
+
+    def _ids(self, record: dict[str, Any]) -> None:
+        """The prompt the record answers (for exactly-once), its event (multi-turn) and the prompt's digest."""
         conversation = record.get("conversation_id")
         if isinstance(conversation, str):
             # A multi-turn event: the conversation is one prompt, done once its final (`!`) event is written.
@@ -116,51 +148,34 @@ class Scan:
         if isinstance(digest, str) and len(digest) >= 16:
             self.prompt_digests[id_hash(conversation if isinstance(conversation, str) else record["id"])] = \
                 int(digest[:16], 16)
-        tokens = usage_int(record.get("usage"), "completion_tokens")
-        if tokens is None:
-            self.no_usage += 1
-            tokens = 0
-        self.lengths.append(tokens)
-        self.with_ids += isinstance(record.get("completion_token_ids"), list)
-        finish = record.get("finish_reason")
-        finish_name = finish if isinstance(finish, str) else "none"
-        self.finish[finish_name] += 1
-        self._window(where, record, finish_name)
-        reasoning = record.get("reasoning") or ""
+
+    def _stubs(self, where: str, record: dict[str, Any], tokens: int, reasoning: str, calls: list[Any]) -> bool:
+        """Counts a stub-like reply (the 'OK.' pattern, or short without a tool call); True when it is one."""
         content = record.get("content") or ""
-        calls = record.get("tool_calls") or []
         stub = is_stub(reasoning, content, bool(calls))
         short = not calls and tokens < self.short_tokens
         self.stub_pattern += stub
         self.short += short
         if (stub or short) and len(self.stub_examples) < EXAMPLES:
             self.stub_examples.append(f"{where}: {record['id']}: {tokens} token(s), content {content[:40]!r}")
+        return stub or short
+
+    def _sampling(self, record: dict[str, Any], reasoning: str) -> None:
         sampling = record.get("sampling")
         self.samplings[orjson.dumps(sampling, option=orjson.OPT_SORT_KEYS)] += 1
         if isinstance(sampling, dict) and sampling.get("enable_thinking") is True:
             self.thinking_on += 1
             self.empty_reasoning += not reasoning.strip()
-        parts = token_parts(record)
-        self.reasoning_tokens += parts[0]
-        self.content_tokens += parts[1]
-        self.tool_tokens += parts[2]
-        if calls:
-            self._check_calls(where, record, calls)
-        model = record.get("model")
-        self.models[model if isinstance(model, str) else "(none)"] += 1
+
+    def _endpoint(self, record: dict[str, Any], tokens: int, stub_like: bool, finish_name: str) -> None:
         endpoint = str(record.get("endpoint") or "(none)")
         mix = self.endpoints.get(endpoint)
         if mix is None:
             mix = self.endpoints[endpoint] = EndpointMix()
         mix.records += 1
         mix.tokens += tokens
-        mix.stubs += stub or short
+        mix.stubs += stub_like
         mix.truncated += finish_name == "length"
-        self.accept.add(record)
-        self.loops.add(where, record, tokens)
-        if "diverged" in record:
-            self.diverged_field += 1
-            self.diverged += bool(record["diverged"])
 
     def _window(self, where: str, record: dict[str, Any], finish_name: str) -> None:
         """--train-window: a count the reply's usage contradicts, or a reply cut at the window's room."""
@@ -279,31 +294,7 @@ def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
     results = sorted(result_ids)
     del prompt_hashes
     prompt_duplicates = sum(1 for a, b in itertools.pairwise(prompts) if a == b)
-    missing: list[int] = []
-    unknown: list[int] = []
-    duplicated: list[int] = []
-    duplicate_lines = 0
-    i = j = 0
-    while i < len(prompts) or j < len(results):
-        if j >= len(results) or (i < len(prompts) and prompts[i] < results[j]):
-            missing.append(prompts[i])
-            value = prompts[i]
-            while i < len(prompts) and prompts[i] == value:
-                i += 1
-            continue
-        value = results[j]
-        count = 0
-        while j < len(results) and results[j] == value:
-            j += 1
-            count += 1
-        if count > 1:
-            duplicated.append(value)
-            duplicate_lines += count - 1
-        if i < len(prompts) and prompts[i] == value:
-            while i < len(prompts) and prompts[i] == value:
-                i += 1
-        else:
-            unknown.append(value)
+    missing, duplicated, unknown, duplicate_lines = _merge(prompts, results)
     examples: dict[str, list[str]] = {}
     if missing:
         examples.update(_name(_prompt_ids(prompt_paths), {"missing": set(missing[:EXAMPLES])}))
@@ -315,6 +306,40 @@ def check_ids(location: str, result_ids: array[int], prompt_paths: list[Path],
     return IdCheck(len(prompts) - prompt_duplicates, prompt_duplicates, len(missing), len(duplicated),
                    duplicate_lines, len(unknown), {k: v for k, v in examples.items() if v},
                    invalid_prompts=len(invalid))
+
+
+def _merge(prompts: list[int], results: list[int]) -> tuple[list[int], list[int], list[int], int]:
+    """(missing, duplicated, unknown, extra lines of the duplicated) from one pass over both sorted hash
+    lists: each distinct hash once, so memory stays that of the two lists."""
+    missing: list[int] = []
+    unknown: list[int] = []
+    duplicated: list[int] = []
+    duplicate_lines = 0
+    i = j = 0
+    while i < len(prompts) or j < len(results):
+        if j >= len(results) or (i < len(prompts) and prompts[i] < results[j]):
+            missing.append(prompts[i])
+            i = _skip(prompts, i, prompts[i])
+            continue
+        value = results[j]
+        after = _skip(results, j, value)
+        if after - j > 1:
+            duplicated.append(value)
+            duplicate_lines += after - j - 1
+        j = after
+        if i < len(prompts) and prompts[i] == value:
+            i = _skip(prompts, i, value)
+        else:
+            unknown.append(value)
+    return missing, duplicated, unknown, duplicate_lines
+
+
+def _skip(ordered: list[int], start: int, value: int) -> int:
+    """The index past the run of `value` that starts at `start` (a sorted list)."""
+    end = start
+    while end < len(ordered) and ordered[end] == value:
+        end += 1
+    return end
 
 
 def edited_prompts(prompt_paths: list[Path], digests: dict[int, int]) -> tuple[int, list[str]]:

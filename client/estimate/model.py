@@ -85,6 +85,32 @@ def sustained_throughput(starts: Sequence[float], ends: Sequence[float], tokens:
         return None
     step = max(span / MAX_BINS, typical / 4)
     bins = max(1, math.ceil(span / step))
+    busy, made = _binned_work(starts, ends, tokens, t0, step, bins)
+    kappa = _batch_shape(starts, ends, tokens, busy, t0, step)
+    concurrency = _smooth([x / step for x in busy], max(1, round(typical / step)))
+    # A high quantile, not the maximum: one lucky bin must not set the bar for the whole run.
+    active = sorted(c for c in concurrency if c > 0)
+    peak = quantile(active, 0.95)
+    high = [b for b in range(bins) if concurrency[b] >= level * peak]
+    if not high or peak <= 0:
+        return None
+    # Every bin between the first and the last saturated one counts, dips included (picking only the
+    # busiest bins would pick the fastest ones); only gross gaps, such as a restart, are left out.
+    chosen = [b for b in range(high[0], high[-1] + 1) if concurrency[b] >= GAP * peak]
+    window = len(chosen) * step
+    return Throughput(
+        tokens_per_s=sum(made[b] for b in chosen) / window,
+        concurrency=sum(busy[b] for b in chosen) / window,
+        peak_concurrency=peak, window_s=window, span_s=span, typical_s=typical,
+        blocks=_blocks(chosen, made, step),
+        kappa=min(kappa, MAX_BOOST / max(peak, 1.0)),
+    )
+
+
+def _binned_work(starts: Sequence[float], ends: Sequence[float], tokens: Sequence[int], t0: float, step: float,
+                 bins: int) -> tuple[list[float], list[float]]:
+    """Per bin, the request-seconds spent decoding and the tokens made, each request's spread evenly
+    over its span; a request with no span lands its tokens in the bin where it ended."""
     busy = [0.0] * bins
     made = [0.0] * bins
     for s, e, n in zip(starts, ends, tokens, strict=True):
@@ -98,29 +124,18 @@ def sustained_throughput(starts: Sequence[float], ends: Sequence[float], tokens:
             if overlap > 0:
                 busy[b] += overlap
                 made[b] += overlap * pace
-    kappa = _batch_shape(starts, ends, tokens, busy, t0, step)
-    concurrency = _smooth([x / step for x in busy], max(1, round(typical / step)))
-    # A high quantile, not the maximum: one lucky bin must not set the bar for the whole run.
-    active = sorted(c for c in concurrency if c > 0)
-    peak = quantile(active, 0.95)
-    high = [b for b in range(bins) if concurrency[b] >= level * peak]
-    if not high or peak <= 0:
-        return None
-    # Every bin between the first and the last saturated one counts, dips included (picking only the
-    # busiest bins would pick the fastest ones); only gross gaps, such as a restart, are left out.
-    chosen = [b for b in range(high[0], high[-1] + 1) if concurrency[b] >= GAP * peak]
-    window = len(chosen) * step
+    return busy, made
+
+
+def _blocks(chosen: list[int], made: list[float], step: float) -> tuple[tuple[float, float], ...]:
+    """The window cut into at most BLOCKS consecutive runs of bins, (tokens, seconds) each, for the
+    block bootstrap of the rate: neighbouring bins are correlated, so they are resampled together."""
     count = min(BLOCKS, len(chosen))
     blocks = []
     for k in range(count):
         part = chosen[k * len(chosen) // count:(k + 1) * len(chosen) // count]
         blocks.append((sum(made[b] for b in part), len(part) * step))
-    return Throughput(
-        tokens_per_s=sum(made[b] for b in chosen) / window,
-        concurrency=sum(busy[b] for b in chosen) / window,
-        peak_concurrency=peak, window_s=window, span_s=span, typical_s=typical, blocks=tuple(blocks),
-        kappa=min(kappa, MAX_BOOST / max(peak, 1.0)),
-    )
+    return tuple(blocks)
 
 
 def _batch_shape(starts: Sequence[float], ends: Sequence[float], tokens: Sequence[int], busy: list[float],
@@ -260,32 +275,50 @@ def bootstrap_columns(strata: Sequence[tuple[int, Sequence[Sequence[float]]]], r
     together, which at that size matters little (the spread of its mean is small).
     """
     rng = random.Random(seed)
+    width = _common_width(strata)
+    moments = [_moments(count, columns) for count, columns in strata]
+    replicates: list[list[float]] = [[] for _ in range(width)]
+    for _ in range(rounds):
+        totals = _one_round(moments, width, rng)
+        for c in range(width):
+            replicates[c].append(totals[c])
+    return replicates
+
+
+# count, columns, records, per-column means, per-column standard errors of the mean
+_Moments = tuple[int, Sequence[Sequence[float]], int, list[float], list[float]]
+
+
+def _common_width(strata: Sequence[tuple[int, Sequence[Sequence[float]]]]) -> int:
     widths = {len(columns) for _, columns in strata}
     width = widths.pop() if len(widths) == 1 else 0
     if widths or (strata and width == 0):
         raise ValueError("every stratum needs the same number of columns, at least one")
-    moments = []
-    for count, columns in strata:
-        n = len(columns[0])
-        if any(len(column) != n for column in columns):
-            raise ValueError("the columns of a stratum must have one value per record")
-        means = [sum(column) / n if n else 0.0 for column in columns]
-        spreads = [statistics.pstdev(column) / math.sqrt(n) if n > 1 else 0.0 for column in columns]
-        moments.append((count, columns, n, means, spreads))
-    replicates: list[list[float]] = [[] for _ in range(width)]
-    for _ in range(rounds):
-        totals = [0.0] * width
-        for count, columns, n, means, spreads in moments:
-            if n == 0:
-                continue
-            if n > EXACT_BOOTSTRAP_LIMIT:
-                z = rng.gauss(0.0, 1.0)
-                for c in range(width):
-                    totals[c] += count * max(0.0, means[c] + z * spreads[c])
-            else:
-                picked = [math.floor(rng.random() * n) for _ in range(n)]
-                for c, column in enumerate(columns):
-                    totals[c] += count * sum(column[i] for i in picked) / n
-        for c in range(width):
-            replicates[c].append(totals[c])
-    return replicates
+    return width
+
+
+def _moments(count: int, columns: Sequence[Sequence[float]]) -> _Moments:
+    n = len(columns[0])
+    if any(len(column) != n for column in columns):
+        raise ValueError("the columns of a stratum must have one value per record")
+    means = [sum(column) / n if n else 0.0 for column in columns]
+    spreads = [statistics.pstdev(column) / math.sqrt(n) if n > 1 else 0.0 for column in columns]
+    return count, columns, n, means, spreads
+
+
+def _one_round(moments: list[_Moments], width: int, rng: random.Random) -> list[float]:
+    """One bootstrap replicate of every column's total. The draws are taken in stratum order, so one seed
+    always gives the same replicates."""
+    totals = [0.0] * width
+    for count, columns, n, means, spreads in moments:
+        if n == 0:
+            continue
+        if n > EXACT_BOOTSTRAP_LIMIT:
+            z = rng.gauss(0.0, 1.0)
+            for c in range(width):
+                totals[c] += count * max(0.0, means[c] + z * spreads[c])
+        else:
+            picked = [math.floor(rng.random() * n) for _ in range(n)]
+            for c, column in enumerate(columns):
+                totals[c] += count * sum(column[i] for i in picked) / n
+    return totals

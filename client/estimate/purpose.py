@@ -116,6 +116,51 @@ def _gather(counts: dict[str, int], found: Measurements,
     return strata, over, stopped
 
 
+def _share_of(points: list[float], replicates: list[list[float]], c: int) -> Interval:
+    """Column c as a share of the completion tokens, replicate by replicate (the columns were resampled
+    together, so each ratio pairs up)."""
+    return interval(_share(points[c], points[COMPLETION]),
+                    [_share(part, whole) for part, whole in zip(replicates[c], replicates[COMPLETION], strict=True)])
+
+
+@dataclass(frozen=True, slots=True)
+class _Tails:
+    """The tail simulation of the projection, on the same records and weights, once as measured and once
+    shortened per option: the same seed draws the same records, so the two pair up draw by draw."""
+    lengths: list[int]
+    weights: list[float]
+    prompts: int
+    slots: int
+    rate: Throughput
+    seed: int
+    base: list[float]
+
+    @classmethod
+    def of(cls, strata: list[tuple[int, Columns]], prompts: int, slots: int, rate: Throughput, seed: int) -> _Tails:
+        lengths = [int(x) for _, columns in strata for x in columns[COMPLETION]]
+        weights = [count / len(columns[COMPLETION]) for count, columns in strata for _ in columns[COMPLETION]]
+        base = tail_draws(lengths, weights, prompts, slots, rate.per_slot, seed, rate.kappa)
+        return cls(lengths, weights, prompts, slots, rate, seed, base)
+
+    def shorter(self, saved: list[float]) -> list[float]:
+        """Per draw, how much shorter the tail gets when each record's reply loses its `saved` tokens."""
+        tails = tail_draws([int(x - s) for x, s in zip(self.lengths, saved, strict=True)], self.weights,
+                           self.prompts, self.slots, self.rate.per_slot, self.seed, self.rate.kappa)
+        return [b - t for b, t in zip(self.base, tails, strict=True)]
+
+
+def _saving(option: str, c: int, strata: list[tuple[int, Columns]], points: list[float],
+            replicates: list[list[float]], tails: _Tails, rates: list[float], hours: float) -> Saving:
+    """What one option (its saved tokens in column c) saves: tokens, their share, wall time and GPU-hours."""
+    shorter = tails.shorter([x for _, columns in strata for x in columns[c]])
+    wall = points[c] / tails.rate.tokens_per_s + statistics.fmean(shorter)
+    walls = [s / r + shorter[i % len(shorter)] if r > 0 else 0.0
+             for i, (s, r) in enumerate(zip(replicates[c], rates, strict=True))]
+    return Saving(option, interval(points[c], replicates[c]), _share_of(points, replicates, c),
+                  statistics.fmean(shorter), interval(wall, walls),
+                  interval(wall * hours, [w * hours for w in walls]))
+
+
 def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throughput, slots: int, gpus: int,
             window: int | None, rounds: int, seed: int) -> Purpose:
     """The purpose figures of one target (prompts per stratum); see the module docstring."""
@@ -124,39 +169,18 @@ def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throu
     width = 6 if window is not None else 4
     points = [sum(count * sum(columns[c]) / len(columns[c]) for count, columns in strata) for c in range(width)]
     replicates = bootstrap_columns(strata, rounds, seed) if strata else [[] for _ in range(width)]
-
-    def share_of(c: int) -> Interval:
-        return interval(_share(points[c], points[COMPLETION]),
-                        [_share(part, whole) for part, whole in zip(replicates[c], replicates[COMPLETION],
-                                                                     strict=True)])
-
-    # The tail simulation of the projection, on the same records and weights, once as measured and once
-    # shortened per option: the same seed draws the same records, so the two pair up draw by draw.
-    lengths = [int(x) for _, columns in strata for x in columns[COMPLETION]]
-    weights = [count / len(columns[COMPLETION]) for count, columns in strata for _ in columns[COMPLETION]]
-    base_tails = tail_draws(lengths, weights, prompts, slots, rate.per_slot, seed, rate.kappa)
+    tails = _Tails.of(strata, prompts, slots, rate, seed)
     rates = bootstrap_rates(rate.blocks, rounds, seed)
-    hours = gpus / 3600
     options = [("loop stop", LOOP_STOP)]
     if window is not None:
         options = [("train window", PAST_WINDOW), *options, ("both", BOTH)]
-    savings = []
-    for option, c in options:
-        saved = [x for _, columns in strata for x in columns[c]]
-        tails = tail_draws([int(x - s) for x, s in zip(lengths, saved, strict=True)], weights, prompts, slots,
-                           rate.per_slot, seed, rate.kappa)
-        shorter = [b - t for b, t in zip(base_tails, tails, strict=True)]
-        wall = points[c] / rate.tokens_per_s + statistics.fmean(shorter)
-        walls = [s / r + shorter[i % len(shorter)] if r > 0 else 0.0
-                 for i, (s, r) in enumerate(zip(replicates[c], rates, strict=True))]
-        savings.append(Saving(option, interval(points[c], replicates[c]), share_of(c), statistics.fmean(shorter),
-                              interval(wall, walls), interval(wall * hours, [w * hours for w in walls])))
+    savings = tuple(_saving(option, c, strata, points, replicates, tails, rates, gpus / 3600) for option, c in options)
     return Purpose(
         label=label, prompts=prompts, window=window,
-        past_window=share_of(PAST_WINDOW) if window is not None else None,
+        past_window=_share_of(points, replicates, PAST_WINDOW) if window is not None else None,
         prompts_over_window=over if window is not None else None,
-        looping_replies=_share(points[LOOPING], prompts), loop_tokens=share_of(LOOPING_TOKENS),
-        stopped_replies=_share(stopped, prompts), savings=tuple(savings),
+        looping_replies=_share(points[LOOPING], prompts), loop_tokens=_share_of(points, replicates, LOOPING_TOKENS),
+        stopped_replies=_share(stopped, prompts), savings=savings,
     )
 
 

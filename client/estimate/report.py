@@ -41,7 +41,25 @@ def _optional(value: float | None, fmt: str = "{:,.0f}") -> str:
 
 
 def render(info: dict[str, Any], projection: Projection | None, console: Console) -> None:
-    mode = info.get("mode")
+    _header(info, console)
+    _input_problems(info, console)
+    console.print(_sample_table(info))
+    if projection is None:
+        return
+    _throughput(projection, console)
+    console.print(_projection_table(info, projection))
+    console.print(_caps_table(projection))
+    console.print(_fleet_table(projection))
+    _hardware(projection.hardware, console)
+    for note in info.get("hardware_notes", []):
+        console.print(f"[yellow]note:[/yellow] {note}")
+    _purpose(projection, console)
+    for warning in projection.warnings:
+        console.print(f"[yellow]note:[/yellow] {warning}")
+
+
+def _header(info: dict[str, Any], console: Console) -> None:
+    """Where the figures come from: the simulated fleet if any, the set, the sample or results, the model."""
     simulated = info.get("simulated")
     if simulated:
         console.print(f"[yellow]simulated fleet: {simulated['servers']} simulated server(s) at --sim-speed "
@@ -51,7 +69,7 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     size = (f"{info['prompts']:,} prompts (--set-size, shaped like the {info['prompts_in_files']:,} in --prompts)"
             if info.get("set_size") else f"{info['prompts']:,} prompts")
     head = f"{size} in {len(info['strata'])} strata; {info['measured']:,} results measured"
-    if mode == "calibration":
+    if info.get("mode") == "calibration":
         head += (f" from a calibration sample of {info['sample_size']:,} ({info['failed']} failed) in "
                  f"{duration(info['elapsed_s'])}; results in {info['out']}")
     else:
@@ -60,6 +78,10 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     models = ", ".join(info["models"]) or "?"
     console.print(f"model {models}; thinking {'on' if info['thinking'] else 'off'}; "
                   f"{len(info['endpoints'])} endpoint(s)")
+
+
+def _input_problems(info: dict[str, Any], console: Console) -> None:
+    """What was left out of the measurement, with examples, so a short sample is not a mystery."""
     if info.get("outside_set"):
         console.print(f"[yellow]{info['outside_set']:,} result(s) have ids that are not in --prompts; "
                       "they are not used[/yellow]")
@@ -73,6 +95,9 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
                       f"{info['torn_results']:,} torn segment tail(s) are not measured, e.g.:[/yellow]")
         for bad in info.get("unreadable_examples", []):
             console.print(f"  {bad}", markup=False)
+
+
+def _sample_table(info: dict[str, Any]) -> Table:
     sample = Table(title="Output length per stratum (completion tokens)", title_justify="left")
     for column in ("stratum", "prompts", "measured", "mean", "p50", "p90", "max", "truncated",
                    "reasoning", "content", "tool calls"):
@@ -82,18 +107,30 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
                        _optional(row["p50"]), _optional(row["p90"]), _optional(row["max"]),
                        _optional(row["truncated_share"], "{:.1%}"), _optional(row["reasoning_mean"]),
                        _optional(row["content_mean"]), _optional(row["tool_mean"]))
-    console.print(sample)
-    if projection is None:
-        return
+    return sample
+
+
+def _throughput(projection: Projection, console: Console) -> None:
     rate = projection.throughput
-    plan = info["plan"]
     console.print(f"sustained throughput {rate.tokens_per_s:,.0f} output tok/s, measured over {rate.window_s:.1f}s "
                   f"of {rate.span_s:.1f}s while the fleet was saturated: {rate.concurrency:.1f} requests decoding "
                   f"on average, {rate.per_slot:,.1f} tok/s each")
-    gpus = f"{plan['gpus']} GPU(s)" + (" (assumed one per endpoint; pass --gpus)" if plan["gpus_assumed"]
-                                       else " (as the servers report them)" if info.get("gpus_from") == "servers"
-                                       else "")
-    table = Table(title=f"Projection on {gpus}, max_tokens {plan['max_tokens']} (90% intervals)",
+
+
+def _gpus(info: dict[str, Any]) -> str:
+    """The GPU count with where it came from, since an assumed count changes how far to trust the times."""
+    plan = info["plan"]
+    if plan["gpus_assumed"]:
+        source = " (assumed one per endpoint; pass --gpus)"
+    elif info.get("gpus_from") == "servers":
+        source = " (as the servers report them)"
+    else:
+        source = ""
+    return f"{plan['gpus']} GPU(s)" + source
+
+
+def _projection_table(info: dict[str, Any], projection: Projection) -> Table:
+    table = Table(title=f"Projection on {_gpus(info)}, max_tokens {info['plan']['max_tokens']} (90% intervals)",
                   title_justify="left")
     for column in ("target", "prompts", "output tokens", "wall time", "GPU-hours", "reasoning / content / tools",
                    "prompt tokens"):
@@ -105,29 +142,30 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
                       _span(target.wall_s, duration), _span(target.gpu_hours, _hours),
                       f"{tokens(target.reasoning_tokens)} / {tokens(target.content_tokens)} / "
                       f"{tokens(target.tool_tokens)}", tokens(target.prompt_tokens))
-    console.print(table)
+    return table
+
+
+def _caps_table(projection: Projection) -> Table:
     caps = Table(title="What if max_tokens were ...", title_justify="left")
     for column in ("max_tokens", "output tokens", "saved", "truncated", "wall time", "GPU-hours"):
         caps.add_column(column, justify="right")
     for row in projection.caps:
+        # A cap above every sampled length can only be bounded: the sample never saw what it would cut.
         mark = "≥ " if row.beyond_sample else ""
         caps.add_row(f"{row.max_tokens:,}", mark + tokens(row.output_tokens),
                      "?" if row.beyond_sample else f"{row.saved_share:.1%}",
                      ("≤ " if row.beyond_sample else "") + f"{row.truncated_share:.1%}",
                      mark + duration(row.wall_s), mark + _hours(row.gpu_hours))
-    console.print(caps)
+    return caps
+
+
+def _fleet_table(projection: Projection) -> Table:
     fleet = Table(title="What if the fleet had ... GPUs", title_justify="left")
     for column in ("GPUs", "wall time", "GPU-hours"):
         fleet.add_column(column, justify="right")
     for gpu_row in projection.gpu_rows:
         fleet.add_row(str(gpu_row.gpus), duration(gpu_row.wall_s), _hours(gpu_row.gpu_hours))
-    console.print(fleet)
-    _hardware(projection.hardware, console)
-    for note in info.get("hardware_notes", []):
-        console.print(f"[yellow]note:[/yellow] {note}")
-    _purpose(projection, console)
-    for warning in projection.warnings:
-        console.print(f"[yellow]note:[/yellow] {warning}")
+    return fleet
 
 
 def _hardware(found: HardwareProjection | None, console: Console) -> None:

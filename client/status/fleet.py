@@ -155,18 +155,7 @@ def summarize(manifests: Sequence[Manifest], prompts: tuple[int, dict[int, Count
     rows: dict[str, ShardRow] = {}
     newest: dict[str, Manifest] = {}
     for m in sorted(manifests, key=lambda m: (m.shard, m.writer)):
-        row = rows.setdefault(m.shard, ShardRow(m.shard))
-        row.writers.append(m.writer)
-        if m.host and m.host not in row.hosts:
-            row.hosts.append(m.host)
-        row.states.append(m.state)
-        row.segments += len(m.segments)
-        row.done += m.records
-        row.completion_tokens += m.completion_tokens
-        row.recent_records += sum(s.records for s in m.segments.values() if now - s.uploaded <= RATE_WINDOW_S)
-        if m.last_upload is not None:
-            row.last_upload = max(row.last_upload or 0.0, m.last_upload)
-        row.started = min(row.started, m.started) if row.started else m.started
+        _add_writer(rows.setdefault(m.shard, ShardRow(m.shard)), m, now)
         if m.shard not in newest or age_of(m, now) <= age_of(newest[m.shard], now):
             newest[m.shard] = m
     for shard, m in newest.items():
@@ -174,13 +163,33 @@ def summarize(manifests: Sequence[Manifest], prompts: tuple[int, dict[int, Count
         row.state, row.updated, row.failed, row.age_s = m.state, m.updated, m.failed, m.age_s
         row.sync_interval_s, row.shard_source = m.sync_interval_s, m.shard_source
     if prompts is not None:
-        for row in rows.values():
-            index, _, count = row.shard.partition("/")
-            if index.isdigit() and count.isdigit() and int(count) in prompts[1]:
-                row.prompts = prompts[1][int(count)][int(index)]
+        _owed(rows.values(), prompts[1])
     counts = {n for shard in rows if (n := shard_count(shard)) is not None}
     missing = [f"{k}/{n}" for n in sorted(counts) for k in range(n) if f"{k}/{n}" not in rows]
     return FleetStatus(list(rows.values()), missing, None if prompts is None else prompts[0], now, stale_after)
+
+
+def _add_writer(row: ShardRow, m: Manifest, now: float) -> None:
+    """One writer's manifest into its shard's row: the sums over every writer of the shard."""
+    row.writers.append(m.writer)
+    if m.host and m.host not in row.hosts:
+        row.hosts.append(m.host)
+    row.states.append(m.state)
+    row.segments += len(m.segments)
+    row.done += m.records
+    row.completion_tokens += m.completion_tokens
+    row.recent_records += sum(s.records for s in m.segments.values() if now - s.uploaded <= RATE_WINDOW_S)
+    if m.last_upload is not None:
+        row.last_upload = max(row.last_upload or 0.0, m.last_upload)
+    row.started = min(row.started, m.started) if row.started else m.started
+
+
+def _owed(rows: Iterable[ShardRow], per: dict[int, Counter[int]]) -> None:
+    """Each row's prompts, for the shards whose count N the prompts were counted for."""
+    for row in rows:
+        index, _, count = row.shard.partition("/")
+        if index.isdigit() and count.isdigit() and int(count) in per:
+            row.prompts = per[int(count)][int(index)]
 
 
 def _stored(now: float, row: ShardRow) -> str:

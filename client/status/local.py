@@ -40,7 +40,7 @@ from client.core.errors import ConfigError
 from client.core.eta import LengthHistogram, eta
 from client.engine.conversation import parse_event_id
 from client.local.lock import LOCK_FILE, Holder, probe_lock
-from client.local.run_settings import read_run_file
+from client.local.run_settings import RunRecord, read_run_file
 from client.results.reader import ReadReport, iter_records, segment_files
 from client.status.fleet import RATE_WINDOW_S, count_prompts, eta_from
 
@@ -243,28 +243,47 @@ def read_local(out: Path, prompt_paths: Sequence[Path], *, now: float) -> LocalS
         status.run = {"run": run.run, "created": run.created, "settings": run.settings,
                       "prompts": [p.path for p in run.prompts], "changes": len(run.history)}
     if has_segments:
-        files = segment_files(out)
-        status.segments = len(files)
-        for path in files:
-            match = _SEGMENT_SHARD.search(path.name)
-            if match:
-                status.shards.add(f"{match.group(1)}/{match.group(2)}")
-        report = ReadReport()
-        for _, record in iter_records(str(out), report):
-            _add_record(status, record)
-        status.torn, status.corrupt = report.torn_tails, report.corrupt
-        status.unread_examples = [str(bad) for bad in report.examples]
-        status.count_recent()
+        _read_segments(out, status)
     status.failed_ids = _failed_ids(out)
-    if not prompt_paths and run is not None and run.prompts:
-        recorded = [Path(p.path) for p in run.prompts]
-        if all(path.is_file() for path in recorded):
-            prompt_paths, status.prompts_from_run_json = recorded, True
-    if prompt_paths:
-        shard = status.shard
-        total, per = count_prompts(prompt_paths, {shard[1]} if shard else set())
-        status.total = per[shard[1]][shard[0]] if shard else total
+    _count_total(_prompt_files(prompt_paths, run, status), status)
     return status
+
+
+def _read_segments(out: Path, status: LocalStatus) -> None:
+    """The records of every segment into `status`, with the shards their names give and what was unreadable."""
+    files = segment_files(out)
+    status.segments = len(files)
+    for path in files:
+        match = _SEGMENT_SHARD.search(path.name)
+        if match:
+            status.shards.add(f"{match.group(1)}/{match.group(2)}")
+    report = ReadReport()
+    for _, record in iter_records(str(out), report):
+        _add_record(status, record)
+    status.torn, status.corrupt = report.torn_tails, report.corrupt
+    status.unread_examples = [str(bad) for bad in report.examples]
+    status.count_recent()
+
+
+def _prompt_files(given: Sequence[Path], run: RunRecord | None, status: LocalStatus) -> Sequence[Path]:
+    """--prompts, else the files run.json records when every one is still here (a moved set would count
+    the wrong prompts, so it is not guessed at)."""
+    if given or run is None or not run.prompts:
+        return given
+    recorded = [Path(p.path) for p in run.prompts]
+    if not all(path.is_file() for path in recorded):
+        return given
+    status.prompts_from_run_json = True
+    return recorded
+
+
+def _count_total(prompt_paths: Sequence[Path], status: LocalStatus) -> None:
+    """The prompts this run (or its one shard) owes, when there are prompt files to count."""
+    if not prompt_paths:
+        return
+    shard = status.shard
+    total, per = count_prompts(prompt_paths, {shard[1]} if shard else set())
+    status.total = per[shard[1]][shard[0]] if shard else total
 
 
 def as_json(status: LocalStatus) -> dict[str, Any]:

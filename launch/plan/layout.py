@@ -9,6 +9,7 @@ tensor parallel for batch generation: no all-reduce per layer, and a crash takes
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launch.plan.errors import PlanError
@@ -188,8 +189,31 @@ def _choose_tp(req: PlanRequest, usable: int, gpu_gib: float, frac: float,
 
 def make_plan(req: PlanRequest) -> Plan:
     """Validate the request and lay the fleet out; raises PlanError with a user-facing message."""
-    preset, model = req.preset, req.model
     notes: list[str] = []
+    node_gpus = _node_gpus(req, notes)
+    gpu_gib = _gpu_memory_gib(req, notes)
+    frac = _mem_fraction(req)
+    for broken, message in _REQUEST_RULES:
+        if broken(req):
+            raise PlanError(message(req))
+    req.mtp.validate(req.model)
+    selected = _select_gpus(req, node_gpus)
+    required = max(req.kv_tokens, req.context_length or 0)
+    mem, tried = _choose_tp(req, len(selected), gpu_gib, frac, required)
+    instances, idle = _instances(req, selected, mem.tp, frac)
+    if idle:
+        notes.append(f"GPU(s) {','.join(map(str, idle))} left idle: {len(selected)} GPUs do not split into "
+                     f"instances of TP={mem.tp} x DP={req.dp}")
+    if req.preset.simulated and req.api_key:
+        notes.append("the simulated server does not check API keys; --api-key is ignored")
+    return Plan(request=req, node_gpus=node_gpus, gpu_memory_gib=gpu_gib, mem_fraction=frac, tp=mem.tp,
+                dp=req.dp, memory=mem, tried=tried, instances=instances, idle_gpus=idle,
+                notes=tuple(notes))
+
+
+def _node_gpus(req: PlanRequest, notes: list[str]) -> int:
+    """--num-gpus, else the preset's count, capped by what nvidia-smi sees on a real GPU preset."""
+    preset = req.preset
     node_gpus = req.num_gpus if req.num_gpus is not None else preset.gpu_count
     detected = req.detected_gpus
     if req.num_gpus is None and detected is not None and not preset.simulated and 0 < detected < node_gpus:
@@ -198,6 +222,13 @@ def make_plan(req: PlanRequest) -> Plan:
         node_gpus = detected
     if node_gpus < 1:
         raise PlanError(f"--num-gpus must be at least 1, got {node_gpus}")
+    return node_gpus
+
+
+def _gpu_memory_gib(req: PlanRequest, notes: list[str]) -> float:
+    """The request's GPU memory, else the preset's, lowered to what nvidia-smi reports on a real GPU preset
+    when that is more than 2% less."""
+    preset = req.preset
     gpu_gib = req.gpu_memory_gib if req.gpu_memory_gib is not None else preset.gpu_memory_gib
     seen = req.detected_gpu_memory_gib
     if req.gpu_memory_gib is None and seen is not None and not preset.simulated and 0 < seen < 0.98 * gpu_gib:
@@ -206,50 +237,51 @@ def make_plan(req: PlanRequest) -> Plan:
         gpu_gib = seen
     if gpu_gib <= 0:
         raise PlanError(f"GPU memory must be positive, got {gpu_gib:g} GiB")
-    frac = req.mem_fraction if req.mem_fraction is not None else preset.mem_fraction_static
+    return gpu_gib
+
+
+def _mem_fraction(req: PlanRequest) -> float:
+    frac = req.mem_fraction if req.mem_fraction is not None else req.preset.mem_fraction_static
     low, high = MEM_FRACTION_RANGE
     if not low <= frac <= high:
         raise PlanError(f"--mem-fraction must be in [{low:g}, {high:g}], got {frac:g}: above that SGLang runs "
                         f"out of memory for activations and CUDA graphs")
-    if req.dp < 1:
-        raise PlanError(f"--dp must be at least 1, got {req.dp}")
-    if req.kv_tokens < 1:
-        raise PlanError(f"--kv-tokens must be at least 1, got {req.kv_tokens}")
-    if req.context_length is not None and not 1 <= req.context_length <= model.max_context:
-        raise PlanError(f"--context-length must be in [1, {model.max_context}] for {model.key}, "
-                        f"got {req.context_length}")
-    req.mtp.validate(model)
-    selected = _select_gpus(req, node_gpus)
-    required = max(req.kv_tokens, req.context_length or 0)
-    mem, tried = _choose_tp(req, len(selected), gpu_gib, frac, required)
-    per_instance = mem.tp * req.dp
+    return frac
+
+
+# (broken, message) of the request's own numbers, checked in this order: the first broken one is reported.
+_REQUEST_RULES: tuple[tuple[Callable[[PlanRequest], bool], Callable[[PlanRequest], str]], ...] = (
+    (lambda r: r.dp < 1, lambda r: f"--dp must be at least 1, got {r.dp}"),
+    (lambda r: r.kv_tokens < 1, lambda r: f"--kv-tokens must be at least 1, got {r.kv_tokens}"),
+    (lambda r: r.context_length is not None and not 1 <= r.context_length <= r.model.max_context,
+     lambda r: f"--context-length must be in [1, {r.model.max_context}] for {r.model.key}, "
+               f"got {r.context_length}"),
+)
+
+
+def _instances(req: PlanRequest, selected: tuple[int, ...], tp: int,
+               frac: float) -> tuple[tuple[Instance, ...], tuple[int, ...]]:
+    """(one server per TP x DP group of the selected GPUs, the GPUs left over)."""
+    per_instance = tp * req.dp
     count = len(selected) // per_instance
-    idle = selected[count * per_instance:]
     if req.base_port < 1 or req.base_port + count - 1 > 65535:
         raise PlanError(f"ports {req.base_port}-{req.base_port + count - 1} are out of range; "
                         f"pick a --base-port between 1024 and {65536 - count}")
-
-    host = req.host or preset.host
+    simulated = req.preset.simulated
+    host = req.host or req.preset.host
     advertise = req.advertise_host or _advertised(host)
     probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     instances = []
     for i in range(count):
         gpus = selected[i * per_instance:(i + 1) * per_instance]
         port = req.base_port + i
-        argv = _sim_argv(req, host, port, i) if preset.simulated else _sglang_argv(req, mem.tp, host, port, frac)
-        env = () if preset.simulated else (("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))),)
+        argv = _sim_argv(req, host, port, i) if simulated else _sglang_argv(req, tp, host, port, frac)
+        env = () if simulated else (("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))),)
         instances.append(Instance(index=i, name=f"server{i}", gpus=gpus, port=port,
                                   url=f"http://{_url_host(advertise)}:{port}",
                                   health_url=f"http://{_url_host(probe)}:{port}/health",
                                   argv=argv, env=env))
-    if idle:
-        notes.append(f"GPU(s) {','.join(map(str, idle))} left idle: {len(selected)} GPUs do not split into "
-                     f"instances of TP={mem.tp} x DP={req.dp}")
-    if preset.simulated and req.api_key:
-        notes.append("the simulated server does not check API keys; --api-key is ignored")
-    return Plan(request=req, node_gpus=node_gpus, gpu_memory_gib=gpu_gib, mem_fraction=frac, tp=mem.tp,
-                dp=req.dp, memory=mem, tried=tried, instances=tuple(instances), idle_gpus=idle,
-                notes=tuple(notes))
+    return tuple(instances), selected[count * per_instance:]
 
 
 def _advertised(host: str) -> str:

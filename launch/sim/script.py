@@ -23,13 +23,14 @@ import hashlib
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import orjson
 
 from launch.sim.config import SimConfig
+from launch.sim.text import WORDS, TextSource
 
 # Heavy-tailed length model: a lognormal body holds most replies, a Pareto tail holds the long thinkers.
 # The constants keep the mixture mean close to `mean_tokens` before the context cap trims the tail.
@@ -38,30 +39,10 @@ _BODY_SIGMA = 0.9
 _BODY_MEAN_SHARE = 0.7
 _TAIL_ALPHA = 1.6
 _NO_THINK_SHARE = 0.35
-# A loop repeats one passage of this many word pieces, opened by one of the openers; it sets in after this
-# share of the reply's own length.
+# A loop repeats one passage of this many word pieces (its opener included); it sets in after this share of
+# the reply's own length.
 _LOOP_BLOCK = (12, 120)
-_LOOP_OPENERS = ("\n\nWait,", "\n\nHmm,", "\n\nLet me check again:", "\n\nSo", "\n\nActually,")
 _LOOP_ONSET = (0.05, 0.5)
-
-_WORDS = (
-    "the", "a", "we", "need", "to", "check", "whether", "this", "value", "is", "correct", "so", "let",
-    "me", "think", "about", "it", "again", "first", "then", "consider", "case", "where", "input", "has",
-    "two", "parts", "and", "each", "one", "maps", "onto", "output", "model", "data", "function", "returns",
-    "list", "of", "items", "in", "order", "that", "means", "answer", "should", "be", "clear", "user",
-    "wants", "short", "reply", "with", "example", "code", "file", "path", "result", "step", "next",
-    "because", "if", "not", "but", "also", "maybe", "simpler", "approach", "works", "here", "number",
-    "string", "key", "table", "query", "server", "request", "token", "batch", "cache", "error", "retry",
-    "café", "naïve", "数据", "模型", "—", "λ", "π", "über",
-)
-_PUNCT = (".", ",", ".", ",", ":", "?", "\n\n", "\n", " (", ")", " `x`", " 42", " 3.14")
-# Word pieces: most words carry their leading space; a few are split so that sub-word tokens occur.
-_VOCAB: tuple[str, ...] = (
-    tuple(" " + w for w in _WORDS)
-    + tuple(" " + w for w in _WORDS[:40])
-    + ("ing", "ed", "s", "ly", "er")
-    + _PUNCT
-)
 
 Phase = Literal["reasoning", "content", "tool_start", "tool_args"]
 
@@ -175,10 +156,56 @@ def _schema_type(schema: Mapping[str, Any]) -> str:
     return "string"
 
 
+def _integer_value(schema: Mapping[str, Any], rng: random.Random, depth: int) -> int:
+    lo = int(schema.get("minimum", 0))
+    hi = int(schema.get("maximum", max(lo, 0) + 100))
+    return rng.randint(lo, max(lo, hi))
+
+
+def _number_value(schema: Mapping[str, Any], rng: random.Random, depth: int) -> float:
+    lo = float(schema.get("minimum", 0.0))
+    hi = float(schema.get("maximum", lo + 100.0))
+    return round(rng.uniform(lo, max(lo, hi)), 2)
+
+
+def _array_value(schema: Mapping[str, Any], rng: random.Random, depth: int) -> list[Any]:
+    lo = int(schema.get("minItems", 1))
+    hi = max(lo, min(int(schema.get("maxItems", 3)), 3))
+    n = rng.randint(lo, hi) if depth < 4 else lo  # deep nesting: the fewest items, so the value stays small
+    return [value_for(schema.get("items", {}), rng, depth + 1) for _ in range(n)]
+
+
+def _object_value(schema: Mapping[str, Any], rng: random.Random, depth: int) -> dict[str, Any]:
+    props = schema.get("properties")
+    if not isinstance(props, Mapping) or depth >= 4:
+        return {}
+    required = schema.get("required")
+    needed = set(required) if isinstance(required, list) else set()
+    return {k: value_for(v, rng, depth + 1) for k, v in props.items() if k in needed or rng.random() < 0.3}
+
+
+def _string_value(schema: Mapping[str, Any], rng: random.Random, depth: int) -> str:
+    text = " ".join(rng.choices(WORDS, k=rng.randint(1, 6)))
+    max_len = schema.get("maxLength")
+    return text[: int(max_len)] if isinstance(max_len, int) else text
+
+
+_ValueOf: TypeAlias = Callable[[Mapping[str, Any], random.Random, int], Any]
+# Schema type -> its value; any other type is a string.
+_VALUE_OF_KIND: dict[str, _ValueOf] = {
+    "integer": _integer_value,
+    "number": _number_value,
+    "boolean": lambda _schema, rng, _depth: rng.random() < 0.5,
+    "null": lambda _schema, _rng, _depth: None,
+    "array": _array_value,
+    "object": _object_value,
+}
+
+
 def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
     """A value that validates against the common subset of JSON Schema that tool definitions use."""
     if not isinstance(schema, Mapping):
-        return " ".join(rng.choices(_WORDS, k=rng.randint(1, 4)))
+        return " ".join(rng.choices(WORDS, k=rng.randint(1, 4)))
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         return rng.choice(enum)
@@ -188,38 +215,8 @@ def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
         options = schema.get(key)
         if isinstance(options, list) and options:
             return value_for(options[0], rng, depth + 1)
-    kind = _schema_type(schema)
-    if kind == "integer":
-        lo = int(schema.get("minimum", 0))
-        hi = int(schema.get("maximum", max(lo, 0) + 100))
-        return rng.randint(lo, max(lo, hi))
-    if kind == "number":
-        lo_f = float(schema.get("minimum", 0.0))
-        hi_f = float(schema.get("maximum", lo_f + 100.0))
-        return round(rng.uniform(lo_f, max(lo_f, hi_f)), 2)
-    if kind == "boolean":
-        return rng.random() < 0.5
-    if kind == "null":
-        return None
-    if kind == "array":
-        lo_n = int(schema.get("minItems", 1))
-        hi_n = max(lo_n, min(int(schema.get("maxItems", 3)), 3))
-        n = rng.randint(lo_n, hi_n) if depth < 4 else lo_n
-        return [value_for(schema.get("items", {}), rng, depth + 1) for _ in range(n)]
-    if kind == "object":
-        props = schema.get("properties")
-        if not isinstance(props, Mapping) or depth >= 4:
-            return {}
-        required = schema.get("required")
-        needed = set(required) if isinstance(required, list) else set()
-        return {
-            k: value_for(v, rng, depth + 1)
-            for k, v in props.items()
-            if k in needed or rng.random() < 0.3
-        }
-    text = " ".join(rng.choices(_WORDS, k=rng.randint(1, 6)))
-    max_len = schema.get("maxLength")
-    return text[: int(max_len)] if isinstance(max_len, int) else text
+    make: _ValueOf = _VALUE_OF_KIND.get(_schema_type(schema), _string_value)
+    return make(schema, rng, depth)
 
 
 def _fragments(text: str, rng: random.Random) -> tuple[str, ...]:
@@ -274,34 +271,16 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
     text_seed = int.from_bytes(digest[16:], "little")
 
     tool_choice = body.get("tool_choice", "auto")
-    forced = tool_choice == "required" or isinstance(tool_choice, Mapping)
-    calls_wanted = bool(tools) and tool_choice != "none" and (forced or rng.random() < config.tool_call_rate)
-    directed = directed_calls(messages)
-    if directed is not None:
-        by_name = {_tool_function(t)[0]: t for t in tools}
-        directed_tools = [by_name[name] for name in directed if name in by_name]
-        calls_wanted = bool(directed_tools)
-
-    mean = config.mean_tokens if thinking else max(1, int(config.mean_tokens * _NO_THINK_SHARE))
-    length = _draw_length(rng, mean)
-    if thinking:
-        reasoning = max(1, round(length * rng.betavariate(4.0, 2.0)))
-        content = max(1, length - reasoning)
-    else:
-        reasoning, content = 0, length
-
+    calls_wanted, directed_tools = _wanted_calls(messages, tools, tool_choice, config.tool_call_rate, rng)
+    reasoning, content = _lengths(thinking, config.mean_tokens, rng)
     calls: list[ToolCallScript] = []
     if calls_wanted:
         # After thinking the first content token is the "\n\n" that follows </think> (ReplyCursor), so a
         # call straight after the reasoning still streams that one content delta, as SGLang does.
         content = max(int(thinking), rng.randint(0, 24))
-        chosen = directed_tools if directed is not None else _pick_calls(
+        chosen = directed_tools if directed_tools is not None else _pick_calls(
             tools, tool_choice, body.get("parallel_tool_calls", True) is not False, rng)
-        for tool in chosen:
-            name, params = _tool_function(tool)
-            args = orjson.dumps(value_for(params, rng)).decode()
-            call_id = "call_" + rng.getrandbits(96).to_bytes(12, "little").hex()
-            calls.append(ToolCallScript(call_id, name, _fragments(args, rng)))
+        calls = [_call_script(tool, rng) for tool in chosen]
 
     # Loops and the heavy tail draw from their own stream, so the draws above stay what they were without.
     failure = random.Random(int.from_bytes(hashlib.blake2b(digest, digest_size=16, person=b"sim-failure").digest(),
@@ -322,6 +301,37 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
     return Script(prompt_tokens, reasoning, content, tuple(calls), capped, text_seed)
 
 
+def _wanted_calls(messages: Any, tools: list[Any], tool_choice: Any, rate: float,
+                  rng: random.Random) -> tuple[bool, list[Any] | None]:
+    """(whether the reply calls tools, the tools a `[[sim:calls ...]]` directive names or None without one).
+    The rate is drawn only when the request leaves the choice to the model, as the draws after depend on it."""
+    forced = tool_choice == "required" or isinstance(tool_choice, Mapping)
+    wanted = bool(tools) and tool_choice != "none" and (forced or rng.random() < rate)
+    directed = directed_calls(messages)
+    if directed is None:
+        return wanted, None
+    by_name = {_tool_function(t)[0]: t for t in tools}
+    named = [by_name[name] for name in directed if name in by_name]
+    return bool(named), named
+
+
+def _lengths(thinking: bool, mean_tokens: int, rng: random.Random) -> tuple[int, int]:
+    """(reasoning, content) tokens; without thinking the reply is shorter and all content."""
+    mean = mean_tokens if thinking else max(1, int(mean_tokens * _NO_THINK_SHARE))
+    length = _draw_length(rng, mean)
+    if not thinking:
+        return 0, length
+    reasoning = max(1, round(length * rng.betavariate(4.0, 2.0)))
+    return reasoning, max(1, length - reasoning)
+
+
+def _call_script(tool: Any, rng: random.Random) -> ToolCallScript:
+    name, params = _tool_function(tool)
+    args = orjson.dumps(value_for(params, rng)).decode()
+    call_id = "call_" + rng.getrandbits(96).to_bytes(12, "little").hex()
+    return ToolCallScript(call_id, name, _fragments(args, rng))
+
+
 @dataclass(frozen=True)
 class Piece:
     """A run of generated tokens of one phase; tool pieces name their call by index."""
@@ -329,35 +339,6 @@ class Piece:
     phase: Phase
     text: str
     call: int = -1
-
-
-class TextSource:
-    """Reproducible word-piece text, produced lazily so a 30K-token reply costs memory only when read.
-    With a loop, from its onset on the text is one block of pieces over and over."""
-
-    __slots__ = ("_block", "_loop", "_rng", "_taken")
-
-    def __init__(self, seed: int, loop: tuple[int, int] | None = None) -> None:
-        self._rng = random.Random(seed)
-        self._loop = loop
-        self._block: tuple[str, ...] = ()
-        self._taken = 0
-
-    def take(self, n: int) -> str:
-        if n <= 0:
-            return ""
-        start = self._taken
-        self._taken += n
-        if self._loop is None or self._taken <= self._loop[0]:
-            return "".join(self._rng.choices(_VOCAB, k=n))
-        onset, size = self._loop
-        fresh = max(0, onset - start)
-        head = "".join(self._rng.choices(_VOCAB, k=fresh))
-        if not self._block:
-            self._block = (self._rng.choice(_LOOP_OPENERS), *self._rng.choices(_VOCAB, k=size - 1))
-        begin = start + fresh - onset
-        looped = (self._block[i % size] for i in range(begin, begin + n - fresh))
-        return head + "".join(looped)
 
 
 class ReplyCursor:
