@@ -45,9 +45,14 @@ def _segment_open(pid: int, segment: Path) -> bool:
         return False
 
 
-def _stop_while_working(args: list[str], segment: Path, sig: signal.Signals) -> subprocess.CompletedProcess[str]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell without job control starts a background command
+
+
+def _stop_while_working(args: list[str], segment: Path, sig: signal.Signals, *,
+                        sigint_ignored: bool = False) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_ignore_sigint if sigint_ignored else None)
     deadline = time.monotonic() + 120
     while not _segment_open(proc.pid, segment):
         assert proc.poll() is None, f"ended before it opened the segment: {proc.communicate()}"
@@ -58,16 +63,18 @@ def _stop_while_working(args: list[str], segment: Path, sig: signal.Signals) -> 
     return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
 
 
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["sigint-default", "started-with-sigint-ignored"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("tool", ["audit", "status", "export"])
-def test_a_stop_is_one_line_and_exit_130(tmp_path: Path, big_run: Path, tool: str, sig: signal.Signals) -> None:
+def test_a_stop_is_one_line_and_exit_130(tmp_path: Path, big_run: Path, tool: str, sig: signal.Signals,
+                                         sigint_ignored: bool) -> None:
     segment = big_run / "segments" / "host-0of1-run-00001.jsonl"
     out = tmp_path / "train.jsonl"
     args = {"audit": ["client.audit", str(big_run)],
             "status": ["client.status", "--out", str(big_run)],
             "export": ["client.export", str(big_run), "--tokenizer", str(tiny_tokenizer_dir()), "--format",
                        "specforge-tokenized", "--out", str(out)]}[tool]
-    done = _stop_while_working(args, segment, sig)
+    done = _stop_while_working(args, segment, sig, sigint_ignored=sigint_ignored)
     assert done.returncode == 130, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("stopped by Ctrl-C or SIGTERM; ")

@@ -31,8 +31,11 @@ def missing_dependency(exc: ModuleNotFoundError, tool: str) -> str | None:
 
 def run_tool(module: str, stopped: str) -> int:
     """Import `module`, run its `main()`, and turn Ctrl-C or SIGTERM into `stopped` on stderr and exit 130."""
-    # SIGTERM raises KeyboardInterrupt like Ctrl-C, so one path cleans up after both.
+    # SIGTERM raises KeyboardInterrupt like Ctrl-C, so one path cleans up after both. SIGINT is set too: a
+    # shell without job control starts a background command with SIGINT ignored, and Python then leaves it
+    # ignored, so `kill -INT` would do nothing (client.run hears it through its own handler either way).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         try:
             main: Callable[[], int] = importlib.import_module(module).main

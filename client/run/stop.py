@@ -25,15 +25,19 @@ class StopController:
 
     def __init__(self) -> None:
         self._previous_term: _Handler = None
+        self._previous_int: _Handler = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __enter__(self) -> StopController:
         self._previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # A shell without job control starts a background command with SIGINT ignored; a stop is a stop.
+        self._previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         signal.signal(signal.SIGTERM, self._previous_term)
+        signal.signal(signal.SIGINT, self._previous_int)
 
     def _install(self, handler: Callable[[], None]) -> None:
         self._loop = asyncio.get_running_loop()
