@@ -131,8 +131,10 @@ CASES = [
 
 
 def split_points(data: bytes) -> list[list[bytes]]:
-    """Whole, byte by byte at the start, and in 7-byte pieces: framing must not depend on chunking."""
-    return [[data], [data[:1], data[1:2], data[2:]], [data[i:i + 7] for i in range(0, len(data), 7)]]
+    """Whole, byte by byte at the start, in 7-byte pieces and byte by byte throughout (every CR, LF and
+    separator split between reads, every event held over many): framing must not depend on chunking."""
+    return [[data], [data[:1], data[1:2], data[2:]], [data[i:i + 7] for i in range(0, len(data), 7)],
+            [data[i:i + 1] for i in range(len(data))]]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

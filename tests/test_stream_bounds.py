@@ -76,6 +76,21 @@ def test_an_unterminated_event_stops_at_the_event_cap() -> None:
         parser.feed(b"x" * 100)
 
 
+def test_an_event_held_over_many_reads_is_whole_and_capped() -> None:
+    # An event that spans many reads is held piece by piece: it parses as one event, and the cap counts
+    # every piece held, not only the last read's.
+    payload = b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 5000 + b'"}}]}\r\n\r\n'
+    parser = StreamParser(event_bytes=8192)
+    for i in range(0, len(payload), 100):
+        parser.feed(payload[i:i + 100])
+    assert parser.events == 1 and parser.live_tokens == 1
+    parser = StreamParser(event_bytes=1024)
+    for i in range(11):  # 1,015 bytes held
+        parser.feed(b'data: {"pad": "' if i == 0 else b"x" * 100)
+    with pytest.raises(OversizedResponse, match="one event passed 1 KiB"):
+        parser.feed(b"x" * 100)
+
+
 def test_a_stream_stops_at_the_stream_cap() -> None:
     parser = StreamParser(stream_bytes=2048)
     for _ in range(2):

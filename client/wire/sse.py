@@ -57,13 +57,14 @@ class StreamParser:
     """Incremental parser for one chat-completions stream. Feed it bytes; call `completion()` at the end."""
 
     __slots__ = (
-        "_buffer",
         "_completion_ids",
         "_content",
         "_event_bytes",
+        "_held",
         "_last_tool_index",
         "_reasoning",
         "_stream_bytes",
+        "_tail",
         "_tools",
         "done",
         "events",
@@ -82,7 +83,11 @@ class StreamParser:
 
     def __init__(self, watch: RepetitionDetector | None = None, *, event_bytes: int = EVENT_BYTES,
                  stream_bytes: int = STREAM_BYTES) -> None:
-        self._buffer = b""
+        # The unterminated event held between reads, as the pieces it came in (normalised: LF line endings,
+        # but for a CR at the very end), and their length: an event that spans many reads is joined once,
+        # when its end arrives, not copied and searched again at every read.
+        self._tail: list[bytes] = []
+        self._held = 0
         self._event_bytes = event_bytes
         self._stream_bytes = stream_bytes
         self.received = 0  # bytes fed, after any gzip
@@ -107,13 +112,19 @@ class StreamParser:
         self.exact_count = False
 
     def feed(self, data: bytes) -> None:
-        self.received += len(data)
-        if self.received > self._stream_bytes:
+        received = self.received + len(data)
+        self.received = received
+        if received > self._stream_bytes:
             raise OversizedResponse(f"the stream passed {mib(self._stream_bytes)} (decoded), the client's cap on "
                                     "one stream's bytes")
-        buffer = self._buffer + data if self._buffer else data
-        if b"\r" in buffer:
-            buffer = _normalise(buffer)
+        if self._tail:
+            buffer = self._extend(data)
+            if buffer is None:
+                return  # still inside one event
+        elif b"\r" in data:
+            buffer = _normalise(data)
+        else:
+            buffer = data
         start = 0
         find = buffer.find
         startswith = buffer.startswith
@@ -133,10 +144,44 @@ class StreamParser:
             elif end > start:
                 self._event(buffer[start:end])
             start = end + 2
-        self._buffer = buffer[start:] if start < len(buffer) else b""
-        if len(self._buffer) > self._event_bytes:
+        if start < len(buffer):
+            self._hold(buffer[start:] if start else buffer)
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep the unterminated end of a read for the next one, within the cap on one event's bytes."""
+        self._tail.append(piece)
+        self._held += len(piece)
+        if self._held > self._event_bytes:
             raise OversizedResponse(f"one event passed {mib(self._event_bytes)} (decoded) without its end, the "
                                     "client's cap on one event's bytes")
+
+    def _extend(self, data: bytes) -> bytes | None:
+        """A read that continues a held event: the held bytes and this read as one buffer when the read ends
+        an event, else None (the read is held too). Only the new bytes are searched, so an event that spans
+        n reads costs O(its length), not O(n * its length)."""
+        tail = self._tail
+        last = tail[-1]
+        if last.endswith(b"\r"):
+            # The CR held back may be the first half of a CRLF whose LF starts this read.
+            if len(last) == 1:
+                tail.pop()
+            else:
+                tail[-1] = last[:-1]
+            self._held -= 1
+            data = b"\r" + data
+        if b"\r" in data:
+            data = _normalise(data)
+        if not tail:
+            return data
+        if b"\n\n" not in data and not (data.startswith(b"\n") and tail[-1].endswith(b"\n")):
+            if data:
+                self._hold(data)
+            return None
+        tail.append(data)
+        buffer = b"".join(tail)
+        tail.clear()
+        self._held = 0
+        return buffer
 
     def _event(self, event: bytes) -> None:
         payload = event[6:] if event.startswith(b"data: ") and b"\n" not in event else _data_lines(event)
@@ -256,7 +301,7 @@ class StreamParser:
 
         A stream that closed cleanly after its finish_reason is whole even without usage or `[DONE]`.
         """
-        if self._buffer.strip() and ended_cleanly:
+        if ended_cleanly and b"".join(self._tail).strip():
             self.feed(b"\n\n")  # a last event without its blank line is still an event
         if self.finish_reason is None or not (ended_cleanly or self.usage is not None):
             raise StreamDropped("stream ended before finish_reason" if self.finish_reason is None
