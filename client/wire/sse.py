@@ -234,24 +234,32 @@ class StreamParser:
             reason = choice.get("finish_reason")
             if reason:
                 self.finish_reason = reason
-        elif "error" in obj:
-            raise StreamErrorEvent(f"error event: {_error_text(obj['error'])}")
         else:
-            extension = obj.get("sglext")
-            if isinstance(extension, dict):
-                self._take_sglext(extension)
+            self._without_choices(obj)
         usage = obj.get("usage")
         if usage:
-            self.usage = usage
-            count = usage.get("completion_tokens")
-            if type(count) is int and count >= self.live_tokens:
-                self.live_tokens = count
-                self.exact_count = True
+            self._take_usage(usage)
         if self.model is None:
             self.model = obj.get("model")
         prompt_ids = obj.get("prompt_token_ids")
         if prompt_ids:
             self.prompt_token_ids = prompt_ids
+
+    def _without_choices(self, obj: dict[str, Any]) -> None:
+        """A chunk without choices (rare: off the per-token path): an error event, or SGLang's `sglext`."""
+        if "error" in obj:
+            raise StreamErrorEvent(f"error event: {_error_text(obj['error'])}")
+        extension = obj.get("sglext")
+        if isinstance(extension, dict):
+            self._take_sglext(extension)
+
+    def _take_usage(self, usage: Usage) -> None:
+        """The final usage: its completion count replaces the live one (one per chunk) when it is a count."""
+        self.usage = usage
+        count = usage.get("completion_tokens")
+        if type(count) is int and count >= self.live_tokens:
+            self.live_tokens = count
+            self.exact_count = True
 
     def _take_sglext(self, extension: dict[str, Any]) -> None:
         """SGLang's ids and figures; with the framed ids event they come in two chunks, so merge."""
