@@ -45,6 +45,7 @@ def test_a_manifest_taken_mid_run_ends_the_run_with_exit_2(tmp_path: Path, fleet
             proc.communicate()
     assert proc.returncode == 2, stderr[-3000:]
     assert "same host name and shard" in stderr and "give every host its own --shard K/N" in stderr
+    assert "another holds its manifest" in stderr and "run the same command again" not in stderr
     assert "Traceback" not in stderr
     assert orjson.loads(s3.get(BUCKET, key)) == taken, "the other writer's manifest is not overwritten"
     assert count_written(out) < PROMPTS, "the run stopped, it did not go on to the end"

@@ -84,7 +84,7 @@ async def drain(uploader: SegmentUploader, args: S3Config, out: Path, state: str
     """Bounded wait for the last uploads; `skip` (set by Ctrl-C, client.run.stop) ends it: what is left goes
     up with the next run."""
     pending = uploader.report()
-    if pending.pending:
+    if pending.pending and uploader.fatal is None:
         say(f"s3: uploading {pending.pending} pending segment(s) ({pending.pending_bytes / 1e6:.1f} MB), "
              f"up to {args.sync_wait:.0f}s (Ctrl-C to leave them for the next run)")
     report = await uploader.drain(args.sync_wait, state=state, skip=skip)
@@ -92,7 +92,10 @@ async def drain(uploader: SegmentUploader, args: S3Config, out: Path, state: str
         say(f"s3: could not read {line}; it was not uploaded")
     for line in report.too_large:
         say(f"s3: error: {line}")
-    if report.pending:
+    if report.pending and uploader.fatal is not None:
+        say(f"s3: {report.pending} segment(s) ({report.pending_bytes / 1e6:.1f} MB) were not uploaded: this "
+            f"writer stopped because another holds its manifest (below). They are safe in {out / 'segments'}.")
+    elif report.pending:
         reason = f" (last error: {report.last_error})" if report.last_error else ""
         say(f"s3: {report.pending} segment(s) ({report.pending_bytes / 1e6:.1f} MB) are not in S3 yet{reason}. "
              f"They are safe in {out / 'segments'}; run the same command again to upload them.")
