@@ -13,6 +13,7 @@ FAST_MARKERS := not vllm and not sglang and not sglang_server and not slurm and 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	bash tests/setup/disk.sh . 2500 "the project's venv"
 	py=$$(PYTHON="$(PYTHON)" bash tests/setup/python.sh 3.11) && "$$py" -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -24,8 +25,11 @@ $(VENV)/.installed: pyproject.toml
 engines: setup
 	bash tests/setup/sglang.sh $(BIN)/python
 	bash tests/setup/sglang_server.sh .venv-sglang
+	bash tests/setup/share_venvs.sh
 	bash tests/setup/vllm.sh .venv-vllm
+	bash tests/setup/share_venvs.sh
 	bash tests/setup/trainers.sh
+	bash tests/setup/share_venvs.sh
 	bash tests/setup/slurm.sh
 
 lint: setup

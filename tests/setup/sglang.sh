@@ -55,6 +55,7 @@ pip_install() {
         exit 1
     fi
 }
+bash "$(dirname "${BASH_SOURCE[0]}")/disk.sh" "$(dirname "$py")" 2500 "SGLang $SGLANG_VERSION's argument parser"
 # Pinned, without their declared dependencies (which name CUDA builds and GPU kernels).
 pip_install --no-deps "sglang==$SGLANG_VERSION" "torch==2.13.0" "triton==3.8.0" "ipython==9.18.1"
 # What those import at module level on the way to server_args; most are already in the project venv.

@@ -44,6 +44,7 @@ PY
 if installed; then
     log "sglang==$SGLANG_VERSION already installed in $VENV"
 else
+    bash "$REPO_ROOT/tests/setup/disk.sh" "$(dirname "$VENV")" 8500 "SGLang $SGLANG_VERSION's server venv"
     log "installing sglang==$SGLANG_VERSION and the packages its CPU path imports (a few minutes, about 6 GB)"
     out=$(mktemp)
     trap 'rm -f "$out"' EXIT

