@@ -15,6 +15,7 @@ import pytest
 
 from client.estimate.model import interval, makespan, quantile, sustained_throughput, tail_seconds
 from client.estimate.project import default_caps, default_gpus
+from client.estimate.report import _gpus
 from client.estimate.sample import allocate
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO
@@ -243,3 +244,22 @@ def test_strata_fall_back_to_the_file_name_and_draws_repeat(tmp_path: Path) -> N
     other = [(p.id, name) for p, name in draw([first, second], counted.strata, sizes, seed=2)]
     assert once == again != other
     assert Counter(name for _, name in once) == {"chat": 5, "b.jsonl": 3}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "assumed", "gpus_from", "server_gpus", "title"),
+    [
+        pytest.param(2, True, "one per endpoint (assumed)", None, "2 GPU(s) (assumed one per endpoint; pass --gpus)",
+                     id="assumed"),
+        pytest.param(4, False, "servers", 4, "4 GPU(s) (as the servers report them)", id="servers"),
+        pytest.param(8, False, "--gpus", None, "8 GPU(s)", id="flag-alone"),
+        pytest.param(8, False, "--gpus", 8, "8 GPU(s)", id="flag-agrees"),
+        pytest.param(8, False, "--gpus", 4,
+                     "8 GPU(s) (from --gpus; the servers measured report 4: GPU-hours scale by 8/4)",
+                     id="flag-overrides-servers"),
+    ],
+)
+def test_projection_title_says_where_the_gpu_count_came_from(gpus: int, assumed: bool, gpus_from: str,
+                                                             server_gpus: int | None, title: str) -> None:
+    info = {"plan": {"gpus": gpus, "gpus_assumed": assumed}, "gpus_from": gpus_from, "server_gpus": server_gpus}
+    assert _gpus(info) == title

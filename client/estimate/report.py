@@ -120,10 +120,14 @@ def _throughput(projection: Projection, console: Console) -> None:
 def _gpus(info: dict[str, Any]) -> str:
     """The GPU count with where it came from, since an assumed count changes how far to trust the times."""
     plan = info["plan"]
+    reported = info.get("server_gpus")
     if plan["gpus_assumed"]:
         source = " (assumed one per endpoint; pass --gpus)"
     elif info.get("gpus_from") == "servers":
         source = " (as the servers report them)"
+    elif reported and reported != plan["gpus"]:
+        # The rate was measured on the servers' GPUs: a different --gpus scales every GPU-hour by the ratio.
+        source = f" (from --gpus; the servers measured report {reported}: GPU-hours scale by {plan['gpus']}/{reported})"
     else:
         source = ""
     return f"{plan['gpus']} GPU(s)" + source
