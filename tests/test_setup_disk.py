@@ -86,3 +86,25 @@ def test_share_venvs_links_only_identical_large_files(tmp_path: Path) -> None:
     }
     assert (tmp_path / "not-a-venv" / "same").stat().st_nlink == 1
     assert (tmp_path / ".venv" / "lib" / "same").read_bytes() == big
+
+
+def test_share_venvs_never_stops_the_install(tmp_path: Path) -> None:
+    # A hardlink that fails (venvs on two file systems, say): the venvs keep their copies, the install goes on.
+    (tmp_path / "tests" / "setup").mkdir(parents=True)
+    shutil.copy(SETUP / "share_venvs.sh", tmp_path / "tests" / "setup")
+    for venv in (".venv", ".venv-trainer"):
+        (tmp_path / venv).mkdir()
+    failing = tmp_path / "bin" / "hardlink"
+    failing.parent.mkdir()
+    failing.write_text("#!/bin/sh\necho 'hardlink: cannot link: Invalid cross-device link' >&2\nexit 1\n")
+    failing.chmod(0o755)
+
+    done = subprocess.run(
+        ["bash", str(tmp_path / "tests" / "setup" / "share_venvs.sh")], capture_output=True, text=True,
+        check=False, env={**os.environ, "PATH": f"{failing.parent}{os.pathsep}{os.environ['PATH']}"},
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "hardlink could not share every file" in done.stderr
+    assert "Invalid cross-device link" in done.stderr
+    assert "2 venvs: nothing shared" in done.stderr

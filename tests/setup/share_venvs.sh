@@ -24,5 +24,11 @@ if ! command -v hardlink >/dev/null 2>&1; then
     echo "[share-venvs] note: util-linux's hardlink is not installed; the venvs keep their own copies" >&2
     exit 0
 fi
-saved=$(hardlink --ignore-time --minimum-size 64K "${existing[@]}" 2>&1 | awk -F': *' '/^Saved/ { print $2 }')
+# Sharing only saves space: a venv it cannot link (on another file system, say) keeps its copies, and the
+# install goes on.
+if ! report=$(hardlink --ignore-time --minimum-size 64K "${existing[@]}" 2>&1); then
+    echo "[share-venvs] note: hardlink could not share every file; the rest keep their own copies:" >&2
+    printf '%s\n' "$report" | grep -v -E '^(Mode|Method|Files|Linked|Compared|Saved|Duration):' | head -5 >&2
+fi
+saved=$(printf '%s\n' "$report" | awk -F': *' '/^Saved/ { print $2 }')
 echo "[share-venvs] ${#existing[@]} venvs: ${saved:-nothing} shared" >&2
