@@ -28,6 +28,27 @@ def _prompts(path: Path, count: int) -> Path:
     return path
 
 
+def _endpoint_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if re.match(r"\s*http://127\.0\.0\.1:\d+\s+│", line)]
+
+
+def _whole_frame_under_way(text: str, settle_done: int) -> bool:
+    """The run under way with every figure the test reads on show, in a frame drawn to its end.
+
+    A frame is larger than one read of the terminal, so a screen read between two reads can show the table's
+    header with its rows not yet drawn (or drawn up to a column): the rows must carry every column."""
+    done = re.search(r"done (\d[\d,]*)/", text)
+    if not done or int(done.group(1).replace(",", "")) < settle_done:
+        return False
+    if not re.search(r"servers [\d.]+", text):  # the servers' rate comes with a load poll
+        return False
+    header = next((line for line in text.splitlines() if "endpoint" in line and "srv tok/s" in line), None)
+    if header is None:
+        return False
+    rows = _endpoint_rows(text)
+    return len(rows) == 2 and all(row.count("│") == header.count("┃") for row in rows)
+
+
 def capture_screen(tmp: Path, *, settle_done: int = 8, timeout_s: float = 90.0) -> str:
     """Run a short job on two simulated servers in a terminal; the screen once `settle_done` results are
     written and a 15 s rate is on show."""
@@ -45,9 +66,7 @@ def capture_screen(tmp: Path, *, settle_done: int = 8, timeout_s: float = 90.0) 
             with contextlib.suppress(pexpect.TIMEOUT):
                 stream.feed(child.read_nonblocking(65536, timeout=0.5))
             text = "\n".join(line.rstrip() for line in screen.display)
-            done = re.search(r"done (\d[\d,]*)/", text)
-            # Under way, with every figure the test reads on show (the servers' rate comes with a load poll).
-            if done and int(done.group(1).replace(",", "")) >= settle_done and re.search(r"servers [\d.]+", text):
+            if _whole_frame_under_way(text, settle_done):
                 return text
         raise AssertionError("the live view never showed the run under way:\n" + "\n".join(screen.display))
     finally:
@@ -67,8 +86,8 @@ def test_live_view_shows_bar_rates_and_endpoints(tmp_path: Path) -> None:
     header = next(line for line in text.splitlines() if "endpoint" in line and "srv tok/s" in line)
     for column in ("state", "in flight", "slots", "srv queue", "KV", "cache hit", "done", "errors"):
         assert column in header
-    rows = [line for line in text.splitlines() if re.match(r"\s*http://127\.0\.0\.1:\d+\s+│\s+up\s", line)]
-    assert len(rows) == 2
+    states = [re.match(r"\s*http://127\.0\.0\.1:\d+\s+│\s+(\w+)\s", row) for row in _endpoint_rows(text)]
+    assert [state.group(1) if state else None for state in states] == ["up", "up"], text
 
 
 if __name__ == "__main__":
