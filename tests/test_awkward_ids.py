@@ -14,7 +14,15 @@ import orjson
 import pytest
 
 from launch.sim.fleet import SimServerSpec
-from tests.conftest import REPO, client_command, read_failures, read_results, run_client, wait_for_records
+from tests.conftest import (
+    REPO,
+    client_command,
+    read_failures,
+    read_results,
+    read_whole_results,
+    run_client,
+    wait_for_records,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +59,7 @@ def test_awkward_ids_are_done_exactly_once_across_resumes(turns: str, tmp_path: 
     wait_for_records(out, 3, proc=proc, timeout=90)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    partial = read_results(out)
+    partial = read_whole_results(out)
     assert 0 < len(partial) < len(AWKWARD) * (2 if turns == "all" else 1)
 
     # The slow server made the kill land mid-run; the resumes run on a fast one (the ids are the point).

@@ -61,7 +61,9 @@ def test_four_times_the_capacity_gets_four_times_the_work(tmp_path: Path, fleet_
 @pytest.mark.slow
 def test_killed_server_rejoins_after_restart(tmp_path: Path, fleet_factory: Any) -> None:
     fleet = fleet_factory([SimServerSpec(max_running=8, speed=8.0, extra_args=FAST)] * 2)
-    prompts = make_prompts(tmp_path / "p.jsonl", 240)
+    # Enough prompts that many are left once the restarted server is back and probed (its start-up and the
+    # client's probe interval take seconds on a loaded machine, while server 0 goes on alone).
+    prompts = make_prompts(tmp_path / "p.jsonl", 480)
     out = tmp_path / "out"
     args = ["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out),
             "--idle-timeout", "10"]
@@ -79,9 +81,10 @@ def test_killed_server_rejoins_after_restart(tmp_path: Path, fleet_factory: Any)
         proc.kill()
     assert proc.returncode == 0, stderr[-3000:]
     records = read_results(out)
-    assert_complete_once(records, {f"p{i:06d}" for i in range(240)})
-    after = [r for r in records if r["endpoint"] == fleet.urls[1] and r["created"] > restarted_at + 1.0]
-    assert len(after) > 20, "the restarted server must take work again"
+    assert_complete_once(records, {f"p{i:06d}" for i in range(480)})
+    # Server 1 was dead from the kill to the restart: a record of its written after the restart is the new one's.
+    after = [r for r in records if r["endpoint"] == fleet.urls[1] and r["created"] > restarted_at]
+    assert len(after) >= 10, f"the restarted server must take work again; it did {len(after)}"
 
 
 @pytest.mark.slow

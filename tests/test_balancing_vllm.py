@@ -27,6 +27,7 @@ is waited for, so they load at once, and both are stopped when this module ends.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ from client.fleet.balancer import target_depth
 from client.fleet.dispatcher import DispatchClosed, Dispatcher, DispatchSettings
 from client.fleet.startup import check_reachable
 from client.wire.endpoint import Endpoint
-from tests.conftest import make_prompts, read_failures, read_results, run_client
+from tests.conftest import make_prompts, read_failures, read_results, run_client, wait_until
 from tests.engines.conftest_vllm import LOG_DIR
 from tests.engines.tiny_models import MODEL_NAMES
 from tests.engines.vllm_server import VLLMServer, VLLMServerError
@@ -86,6 +87,10 @@ def _load_requests(server: VLLMServer) -> list[tuple[str, str]]:
     """(path, status) of every load poll the server logged, in order."""
     log = server.log_path.read_text(errors="replace")
     return re.findall(r'"GET (/v1/loads|/get_load|/metrics) HTTP/1.1" (\d{3})', log)
+
+
+def _metrics_polls_logged(server: VLLMServer, since: int, count: int) -> bool:
+    return sum(path == "/metrics" for path, _ in _load_requests(server)[since:]) >= count
 
 
 def _assert_discovery(polls: list[tuple[str, str]]) -> None:
@@ -218,6 +223,10 @@ def test_cli_run_against_two_vllm_servers(servers: tuple[VLLMServer, VLLMServer]
 
     summary = [f"{count} prompts in {elapsed:.1f}s"]
     for server in servers:
+        # The server logs a request once its answer starts: a poll answered late (vLLM answers /metrics
+        # between decode steps) is logged after the run has returned; wait for the log to catch up.
+        wait_until(functools.partial(_metrics_polls_logged, server, before[server.url], 2),
+                   f"two /metrics polls in {server.url}'s log", timeout=30)
         polls = _load_requests(server)[before[server.url]:]
         _assert_discovery(polls)  # this run found its load source afresh and ended on /metrics
         assert sum(path == "/metrics" for path, _ in polls) >= 2

@@ -26,7 +26,7 @@ from client.core.errors import ConfigError
 from client.fleet.startup import check_max_tokens
 from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimServerSpec
-from tests.conftest import read_failures, read_results, run_client
+from tests.conftest import read_failures, read_results, run_client, wait_until
 from tests.engines.vllm_server import VLLMServer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams" / "vllm"
@@ -317,7 +317,13 @@ def test_return_token_ids_is_never_sent_to_sglang(tmp_path: Path, fleet_factory:
         assert "prompt_token_ids" not in record
         assert "completion_token_ids" not in record
         assert record["usage"]["completion_tokens"] > 0
-    log = (tmp_path / "sim-logs-0" / "sim-0.log").read_text(errors="replace")
-    posts = re.findall(r'"POST /v1/chat/completions HTTP/1.1" (\d{3})', log)
+    log = tmp_path / "sim-logs-0" / "sim-0.log"
+
+    def logged_posts() -> list[str]:
+        return re.findall(r'"POST /v1/chat/completions HTTP/1.1" (\d{3})', log.read_text(errors="replace"))
+
+    # The server logs a streamed request once its answer has ended, which can come after the client has it.
+    wait_until(lambda: len(logged_posts()) >= len(records) + 2, "every request in the server's log", timeout=30)
+    posts = logged_posts()
     assert posts.count("400") == 1, "only the test's own probe was refused"
     assert posts.count("200") == len(records) + 1, "every prompt, plus the client's one preflight request"

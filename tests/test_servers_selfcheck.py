@@ -212,15 +212,17 @@ def test_health404_and_health_slow(servers: ServerGroup) -> None:
     gone = servers.oddserver("health404")
     assert parse_raw(exchange(gone.port, request_bytes("GET", "/health"))).status == 404
     assert parse_raw(exchange(gone.port, request_bytes("GET", "/v1/models"))).status == 200
-    slow = servers.oddserver("health_slow", extra=("--health-delay", "1.0"))
+    # A delay far above any stall of a loaded machine: /v1/models must answer well inside it.
+    delay = 5.0
+    slow = servers.oddserver("health_slow", extra=("--health-delay", str(delay)))
     # /health is asked first and is still unanswered when /v1/models has answered: only /health waits.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         started = time.monotonic()
-        health = pool.submit(exchange, slow.port, request_bytes("GET", "/health"))
+        health = pool.submit(exchange, slow.port, request_bytes("GET", "/health"), timeout=delay * 6)
         assert parse_raw(exchange(slow.port, request_bytes("GET", "/v1/models"))).status == 200
         assert not health.done(), "/health answered before its delay"
         assert parse_raw(health.result()).status == 200
-        assert time.monotonic() - started >= 1.0  # a lower bound: a slow machine cannot make it fail
+        assert time.monotonic() - started >= delay  # a lower bound: a slow machine cannot make it fail
 
 
 @pytest.mark.parametrize("mode", ["strict400", "strict422"])

@@ -21,7 +21,16 @@ import pytest
 from client.export.render import ChatTokenizer, render_record
 from launch.sim.fleet import SimServerSpec
 from prompts.sglang_input import tool as sglang_tool
-from tests.conftest import REPO, client_command, make_prompts, read_failures, read_results, run_client, wait_for_records
+from tests.conftest import (
+    REPO,
+    client_command,
+    make_prompts,
+    read_failures,
+    read_results,
+    read_whole_results,
+    run_client,
+    wait_for_records,
+)
 from tests.servers.harness import ServerGroup
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
@@ -175,7 +184,7 @@ def test_kill_9_and_faults_with_streamed_ids_keep_exactly_once(tmp_path: Path, f
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
-    assert 0 < len(read_results(out)) < 80
+    assert 0 < len(read_whole_results(out)) < 80
     result = run_client(args, timeout=240)
     if result.code == 1:  # a prompt out of attempts is retried by the next run
         result = run_client(args, timeout=240)

@@ -297,12 +297,13 @@ class Run:
     async def finish(self, prepared: Prepared, outcome: SwarmOutcome, sync: SyncReport | None) -> int:
         source, sink, metrics = prepared.source, prepared.sink, prepared.metrics
         final = self.snapshot(prepared)
+        # Served before the summary is printed: a scraper that sees the run end reads the final figures.
+        scraped = metrics.serve_final(final) if metrics is not None else None
         print_summary(source.counts, final, outcome, sink.failures_path, turns=self.cfg.turns)
         linger = self.cfg.view.metrics_linger
-        if metrics is not None:
-            if linger > 0:
-                say(f"metrics: serving the final figures until a scrape reads them (at most {linger:.0f}s)")
-            await metrics.finish(final, linger)
+        if metrics is not None and scraped is not None and linger > 0:
+            say(f"metrics: serving the final figures until a scrape reads them (at most {linger:.0f}s)")
+            await metrics.linger(scraped, linger)
         if outcome.fatal is not None:
             raise outcome.fatal
         no_valid = None if outcome.interrupted else source.counts.no_valid_record()

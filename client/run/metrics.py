@@ -130,12 +130,8 @@ class MetricsServer:
             self._collector.latest = snapshot()
             await asyncio.sleep(every_s)
 
-    async def finish(self, final: StatsSnapshot, linger_s: float) -> bool:
-        """Serve the final figures; with `linger_s`, wait (at most that long) for one scrape to read them.
-        True when a scrape did."""
-        self._collector.latest = final
-        if linger_s <= 0:
-            return False
+    def serve_final(self, final: StatsSnapshot) -> asyncio.Event:
+        """From now on every scrape reads the final figures; the event is set once one has."""
         scraped = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -143,7 +139,15 @@ class MetricsServer:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
                 loop.call_soon_threadsafe(scraped.set)
 
+        self._collector.latest = final
         self._collector.on_final_scrape = told
+        return scraped
+
+    @staticmethod
+    async def linger(scraped: asyncio.Event, linger_s: float) -> bool:
+        """Wait at most `linger_s` for a scrape of the final figures. True when one came."""
+        if linger_s <= 0:
+            return scraped.is_set()
         try:
             async with asyncio.timeout(linger_s):
                 await scraped.wait()
