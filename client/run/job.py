@@ -35,7 +35,7 @@ from client.run.config import RunConfig
 from client.run.console import say, show_progress
 from client.run.edited_prompts import check_edited
 from client.run.exit_codes import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SYNC_PENDING
-from client.run.metrics import MetricsServer
+from client.run.metrics import MetricsServer, linger_for_final_scrape
 from client.run.next_steps import RunOutput, print_next_steps
 from client.run.s3_wiring import drain, open_s3, register_s3
 from client.run.settings_gate import SettingsGate, check_sync_target
@@ -301,9 +301,9 @@ class Run:
         scraped = metrics.serve_final(final) if metrics is not None else None
         print_summary(source.counts, final, outcome, sink.failures_path, turns=self.cfg.turns)
         linger = self.cfg.view.metrics_linger
-        if metrics is not None and scraped is not None and linger > 0:
+        if scraped is not None and linger > 0:
             say(f"metrics: serving the final figures until a scrape reads them (at most {linger:.0f}s)")
-            await metrics.linger(scraped, linger)
+            await linger_for_final_scrape(scraped, linger)
         if outcome.fatal is not None:
             raise outcome.fatal
         no_valid = None if outcome.interrupted else source.counts.no_valid_record()

@@ -143,18 +143,17 @@ class MetricsServer:
         self._collector.on_final_scrape = told
         return scraped
 
-    @staticmethod
-    async def linger(scraped: asyncio.Event, linger_s: float) -> bool:
-        """Wait at most `linger_s` for a scrape of the final figures. True when one came."""
-        if linger_s <= 0:
-            return scraped.is_set()
-        try:
-            async with asyncio.timeout(linger_s):
-                await scraped.wait()
-        except TimeoutError:
-            return False
-        return True
-
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+async def linger_for_final_scrape(scraped: asyncio.Event, linger_s: float) -> bool:
+    """Wait at most `linger_s` for a scrape of the final figures (`MetricsServer.serve_final`'s event).
+    True when one came."""
+    try:
+        async with asyncio.timeout(linger_s):
+            await scraped.wait()
+    except TimeoutError:
+        return False
+    return True
