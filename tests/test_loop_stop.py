@@ -1,9 +1,9 @@
-"""The loop stop (`--loop-stop on`, the default): a reply whose tail repeats one block is ended by the client
-once the repeats cover the rule's floor (8,192 characters of prose, 16,384 when a counter moves), kept with
-finish_reason `repetition`, and its server slot is freed; a varied long reply, or a long table of numbers,
-is never stopped (tests/test_loop_precision.py holds the rule to a labelled corpus). The parser is tested
-on recorded event bytes, the endpoint and the run against the simulator with `--loop-rate` (launch/sim),
-over real sockets."""
+"""The loop stop (`--loop-stop on`, the default): a reply whose tail repeats one block exactly is ended by the
+client once it has used 90% of its max_tokens and the repeats cover the rule's floor (8,192 characters of
+prose), kept with finish_reason `repetition`, and its server slot is freed; a varied long reply, or a long
+table of numbers, is never stopped (tests/test_loop_precision.py holds the rule to a labelled corpus). The
+parser is tested on recorded event bytes, the endpoint and the run against the simulator with `--loop-rate`
+(launch/sim), over real sockets."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from client.core.repetition import RepetitionDetector
+from client.core.repetition import RepetitionDetector, stop_floor
 from client.results.reader import iter_records
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
 from client.wire.sse import StreamParser
@@ -92,7 +92,8 @@ async def test_the_stop_ends_the_request_on_the_server_and_frees_its_slot() -> N
                 await asyncio.sleep(0.05)
             completion, _ = await request
             assert completion.finish_reason == "repetition"
-            assert completion.usage["completion_tokens"] < MAX_TOKENS // 2
+            # Stopped only once the reply has used most of its budget, and before its end.
+            assert stop_floor(MAX_TOKENS) <= completion.usage["completion_tokens"] < MAX_TOKENS
             async with asyncio.timeout(30):
                 while await _running(endpoint) > 0:  # noqa: ASYNC110 - until the server's own count drops
                     await asyncio.sleep(0.05)
@@ -145,7 +146,7 @@ def test_a_run_stops_the_looping_replies_and_keeps_them(tmp_path: Path, loop_sto
     assert looping, "the seed gives this prompt set some loops"
     if loop_stop == "on":
         assert stopped == looping
-        assert all(records[i]["usage"]["completion_tokens"] < MAX_TOKENS // 2 for i in stopped)
+        assert all(stop_floor(MAX_TOKENS) <= records[i]["usage"]["completion_tokens"] < MAX_TOKENS for i in stopped)
         assert f"{len(looping)} stopped as loops" in result.stderr
     else:
         assert not stopped

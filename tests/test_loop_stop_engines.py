@@ -21,10 +21,12 @@ MAX_TOKENS = 1800  # far more than the chunks after which the stop fires
 
 
 class FiresAfter:
-    """Stands in for RepetitionDetector: a loop 'found' at the 20th piece of text."""
+    """Stands in for RepetitionDetector: a loop 'found' at the 20th piece of text, armed or not (the budget
+    floor is the endpoint's, tested in tests/test_loop_stop.py; here only the closing path)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *_: object, armed: bool = True) -> None:
         self.fed = 0
+        self.armed = armed
 
     def feed(self, text: str) -> Repetition | None:
         self.fed += 1

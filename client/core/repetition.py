@@ -84,10 +84,18 @@ from client.core.period_search import (
     span_of,
     text_period,
 )
-from client.core.repetition_rule import TEXT_RULE, TOKEN_RULE, Kind, Repetition, RepetitionRule
+from client.core.repetition_rule import (
+    STREAM_RULE,
+    TEXT_RULE,
+    TOKEN_RULE,
+    Kind,
+    Repetition,
+    RepetitionRule,
+    stop_floor,
+)
 
-__all__ = ["TEXT_RULE", "TOKEN_RULE", "Kind", "Repetition", "RepetitionDetector", "RepetitionRule",
-           "TokenRepetitionDetector", "find_repetition", "find_token_repetition"]
+__all__ = ["STREAM_RULE", "TEXT_RULE", "TOKEN_RULE", "Kind", "Repetition", "RepetitionDetector", "RepetitionRule",
+           "TokenRepetitionDetector", "find_repetition", "find_token_repetition", "stop_floor"]
 
 
 def find_repetition(text: str, rule: RepetitionRule = TEXT_RULE) -> Repetition | None:
@@ -129,9 +137,9 @@ class _Tail(Generic[AnyStr]):
         self._history: deque[AnyStr] = deque()
         self._held = 0
 
-    def add(self, fresh: AnyStr) -> AnyStr | None:
+    def add(self, fresh: AnyStr, search: bool = True) -> AnyStr | None:
         """Add the units since the last check; the window when the tail has a candidate period (searched
-        `cut` units before the end), else None."""
+        `cut` units before the end), else None. Without `search`, only keeps the window (not armed yet)."""
         rule, width, window = self.rule, self._width, self._window
         self.fed += len(fresh) // width
         history = self._history
@@ -140,7 +148,7 @@ class _Tail(Generic[AnyStr]):
         while self._held - len(history[0]) >= window:
             self._held -= len(history.popleft())
         self._recent = recent = (self._recent + fresh)[-self._reach:]
-        if self.fed < rule.min_span:
+        if not search or self.fed < rule.min_span:
             return None
         end = len(recent)
         # The key at the end, over the nearest 1,024 units, and over all of max_block every 4th check (a
@@ -158,12 +166,15 @@ class _Tail(Generic[AnyStr]):
 
 class RepetitionDetector:
     """Fed a reply's text chunk by chunk; `feed` returns the Repetition once the tail repeats (and from then
-    on), else None. Units are characters."""
+    on), else None. Units are characters. Not `armed`, it keeps its window but never checks it: the stream's
+    loop stop arms it only once the reply has used most of its budget (client.core.repetition_rule.stop_floor),
+    so that a repetition earlier in the reply is never looked for, let alone latched."""
 
-    __slots__ = ("_breaks", "_every", "_fresh", "_parts", "_tail", "found", "rule")
+    __slots__ = ("_breaks", "_every", "_fresh", "_parts", "_tail", "armed", "found", "rule")
 
-    def __init__(self, rule: RepetitionRule = TEXT_RULE) -> None:
+    def __init__(self, rule: RepetitionRule = TEXT_RULE, *, armed: bool = True) -> None:
         self.rule = rule
+        self.armed = armed
         self.found: Repetition | None = None
         self._every = rule.check_every
         self._breaks: dict[int, int] = {}  # per period, where the text is known not to repeat with it
@@ -184,7 +195,7 @@ class RepetitionDetector:
                 fresh = "".join(self._parts)
                 self._parts.clear()
                 self._fresh = 0
-                raw = self._tail.add(fresh)
+                raw = self._tail.add(fresh, self.armed)
                 if raw is not None:
                     hit = text_period(raw, self.rule, STREAM_CUTS, self._breaks, self._tail.fed - len(raw))
                     if hit is not None:

@@ -1,10 +1,12 @@
-"""The loop rule's data: when a tail counts as a loop (`RepetitionRule`, the stream's and the audit's
-`TEXT_RULE`, the ids' `TOKEN_RULE`) and what a found loop is (`Repetition`). Pure; the search is
-client.core.period_search, the text kinds client.core.text_kind, the detectors client.core.repetition.
+"""The loop rule's data: when a tail counts as a loop (`RepetitionRule`, the audit's `TEXT_RULE`, the stream
+stop's `STREAM_RULE` and `stop_floor`, the ids' `TOKEN_RULE`) and what a found loop is (`Repetition`). Pure;
+the search is client.core.period_search, the text kinds client.core.text_kind, the detectors
+client.core.repetition.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,6 +51,21 @@ class RepetitionRule:
 # ~2,000 tokens exactly or ~4,000 with moving counters; anything else only when ~8,000 tokens of the window
 # are one block. Checked every ~256 tokens.
 TEXT_RULE = RepetitionRule()
+# The stream's loop stop (client.wire.endpoint): the text rule without counters. A reply whose repeats differ
+# in their counters is what users ask for (count to 1,000 in words, a 500-item checklist, a times table, a
+# 365-line plan): the audit may flag it, the stream never cuts it. And the detector is armed only at
+# `stop_floor`: the stop saves at most the last tenth of a loop's budget, and pays for it only with a reply
+# that has used nine tenths of its budget and whose last 8,192 characters of prose (32,768 of anything else)
+# are one block repeated exactly: it would have reached max_tokens (or the window's room) a tenth later.
+STREAM_RULE = RepetitionRule(counter_span=0)
+STOP_SHARE = 0.9  # of a request's max_tokens, streamed before the loop stop looks at all
+
+
+def stop_floor(max_tokens: int) -> int:
+    """Completion tokens a reply must have streamed before the stream's loop stop is armed."""
+    return max(1, math.ceil(STOP_SHARE * max_tokens))
+
+
 # Token ids: exact, and not classified (ids carry no letters): a block of up to 256 ids, 8 times, over at
 # least 512. Not the loop stop's rule (the stream watches text); for tools that only have ids.
 TOKEN_RULE = RepetitionRule(max_block=256, min_repeats=8, min_span=512, counter_span=0, structured_span=0,

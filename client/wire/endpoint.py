@@ -34,7 +34,7 @@ from client.core.errors import (
 )
 from client.core.options import DEFAULT_IDLE_TIMEOUT_S
 from client.core.records import Completion
-from client.core.repetition import RepetitionDetector
+from client.core.repetition import STREAM_RULE, RepetitionDetector, stop_floor
 from client.wire.bounds import Bounds, mib
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.errors_map import DOCUMENT, Step, mapped
@@ -198,8 +198,11 @@ class Endpoint:
     async def _stream_chat(self, body: bytes, max_tokens: int | None,
                            stop_loops: bool) -> tuple[Completion, float | None]:
         bounds = self.bounds
-        parser = StreamParser(RepetitionDetector() if stop_loops else None, event_bytes=bounds.event_bytes,
-                              stream_bytes=bounds.stream_bytes)
+        # The loop stop watches only a request with a budget, and looks only once the reply has used most of
+        # it (client.core.repetition_rule.stop_floor): a reply that could have been asked for is never cut.
+        watch = RepetitionDetector(STREAM_RULE, armed=False) if stop_loops and max_tokens is not None else None
+        arm_at = stop_floor(max_tokens) if watch is not None and max_tokens is not None else sys.maxsize
+        parser = StreamParser(watch, event_bytes=bounds.event_bytes, stream_bytes=bounds.stream_bytes)
         # Without max_tokens the server's own context length bounds the reply; only the idle timeout applies.
         limit = token_limit(max_tokens) if max_tokens is not None else sys.maxsize
         deadline_s = bounds.stream_deadline(token_limit(max_tokens) if max_tokens is not None else None,
@@ -218,7 +221,10 @@ class Endpoint:
                 # No new token (comments, keep-alive events, role, finish and usage chunks): not progress
                 # for the idle timer, so a server that sends only `: ping` cannot hold the stream for ever.
                 return False
-            if parser.loop is not None:
+            if parser.live_tokens >= arm_at and watch is not None:
+                watch.armed = True  # per read, not per chunk: armed at most one read late
+            if parser.loop is not None and parser.finish_reason is None:
+                # A reply whose finish_reason has arrived ended by itself: never a loop to stop.
                 # Closing the connection is how SGLang and vLLM learn to abort the request and free its slot.
                 raise StreamDropped(f"{self.url}: the reply repeats itself; stopped by the client (loop stop)")
             if parser.live_tokens > limit:
@@ -236,7 +242,7 @@ class Endpoint:
                 response = await self._post(CHAT_PATH, body, feed, idle_timeout=self.idle_timeout,
                                             deadline_s=deadline_s, expect_type="text/event-stream")
             except AttemptError:
-                if parser.loop is not None:
+                if parser.loop is not None and parser.finish_reason is None:
                     return parser.stopped(LOOP_FINISH_REASON), _first(first_output)
                 if not parser.whole:
                     raise
