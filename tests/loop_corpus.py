@@ -13,6 +13,9 @@ Chinese; and degenerate loops of structured text (zeros, one JSON line) that onl
 catches. `issue` marks the cases reported in the issue "Guards that are right" (cases 1 and 2), with the
 sizes it gave.
 
+The later issue's classes (replies asked to repeat, at 9-33K characters, and loops the exact and counter
+rules miss, at 65,536) are in tests/loop_corpus_asked.py and merged here, `group` "asked" or "missed".
+
     from tests.loop_corpus import LEGITIMATE, LOOPS
 """
 
@@ -37,6 +40,7 @@ class Case:
     loop_start: int | None = None
     issue: bool = False  # reported in the issue, at the size it gave
     what: str = ""
+    group: str = ""  # "asked" or "missed": the later issue's classes (tests/loop_corpus_asked.py)
 
     @property
     def loops(self) -> bool:
@@ -485,16 +489,24 @@ _LOOPS: dict[str, tuple[Callable[[], tuple[str, int]], bool]] = {
 
 @cache
 def legitimate() -> tuple[Case, ...]:
-    return tuple(Case(name, build(), None, issue, (build.__doc__ or "").strip())
-                 for name, (build, issue) in _LEGITIMATE.items())
+    from tests.loop_corpus_asked import ASKED  # it builds on this module's helpers
+
+    return (*(Case(name, build(), None, issue, (build.__doc__ or "").strip())
+              for name, (build, issue) in _LEGITIMATE.items()),
+            *(Case(name, made(), None, False, (made.__doc__ or "").strip(), "asked") for name, made in ASKED.items()))
 
 
 @cache
 def loops() -> tuple[Case, ...]:
+    from tests.loop_corpus_asked import MISSED
+
     cases = []
     for name, (build, issue) in _LOOPS.items():
         text, start = build()
         cases.append(Case(name, text, start, issue, (build.__doc__ or name.replace("_", " ")).strip()))
+    for name, made in MISSED.items():
+        text, start = made()
+        cases.append(Case(name, text, start, False, (made.__doc__ or "").strip(), "missed"))
     return tuple(cases)
 
 

@@ -21,15 +21,33 @@ estimate).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from client.core.near_repeat import SHARE_OF_WINDOW, find_near_loop
+from client.core.near_repeat import SHARE_OF_WINDOW, NearLoop, find_near_loop
 from client.core.repetition import TEXT_RULE, Repetition, find_repetition
 
 REPETITION = "repetition"  # the finish_reason of a reply a loop stop ended
 ENDED_BY_ITSELF = ("stop", "tool_calls")  # a repeating tail there is a suspicion, not a loop
 EXAMPLES = 5
 KINDS = {"exact": "prose", "counter": "prose, its counters moving", "structured": "code or data"}
+
+
+Verdict = Literal["loop", "suspected"]
+
+
+def judge(text: str, finish: object) -> tuple[Verdict | None, Repetition | None, NearLoop | None]:
+    """A reply's verdict from its text and how it ended: "loop" (ran to its cap with a repeating tail, or
+    stopped by a loop stop), "suspected" (ended by itself with a repeating tail), or None; and what was found.
+    The near-repeat finder runs only on a reply that did not end by itself (it costs milliseconds)."""
+    # The rule looks at the tail only: a cheap look there first, the whole text only for a loop.
+    found = find_repetition(text[-TEXT_RULE.window:])
+    if found is not None:
+        found = find_repetition(text)
+    if finish in ENDED_BY_ITSELF:
+        return ("suspected" if found is not None else None), found, None
+    near = find_near_loop(text) if found is None else None
+    looped = found is not None or near is not None or finish == REPETITION
+    return ("loop" if looped else None), found, near
 
 
 @dataclass
@@ -50,21 +68,13 @@ class Loops:
         reasoning = record.get("reasoning")
         content = record.get("content")
         text = (reasoning if isinstance(reasoning, str) else "") + (content if isinstance(content, str) else "")
-        # The rule looks at the tail only: a cheap look there first, the whole text only for a loop.
-        found = find_repetition(text[-TEXT_RULE.window:])
-        if found is not None:
-            found = find_repetition(text)
         finish = record.get("finish_reason")
-        if finish in ENDED_BY_ITSELF:
-            if found is not None:
-                self.suspected += 1
-                if len(self.suspected_examples) < EXAMPLES:
-                    self.suspected_examples.append(f"{where}: {record.get('id')}: finish_reason {finish}, "
-                                                   f"{_what(found)}")
-            return
-        # A reply that ran to its cap (or was stopped): the near-repeat finder too, where the exact one saw none.
-        near = find_near_loop(text) if found is None else None
-        if found is None and near is None and finish != REPETITION:
+        verdict, found, near = judge(text, finish)
+        if verdict == "suspected" and found is not None:
+            self.suspected += 1
+            if len(self.suspected_examples) < EXAMPLES:
+                self.suspected_examples.append(f"{where}: {record.get('id')}: finish_reason {finish}, {_what(found)}")
+        if verdict != "loop":
             return
         self.records += 1
         self.completion_tokens += tokens
