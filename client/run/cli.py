@@ -220,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="generate again the done prompts whose line was edited since their result was "
                               "written (their old results are taken out of the local segments); without it "
                               "they are named and kept")
+    retries.add_argument("--redo-repetition", action="store_true",
+                         help="generate again the done prompts whose result a loop stop ended (finish_reason "
+                              "repetition), e.g. by an older, eager rule: their old results are taken out of the "
+                              "local segments; such a result is never exported")
     retries.add_argument("--max-requests-per-second", type=positive_float, metavar="RATE",
                          help="start at most RATE requests a second, retries included, for a hosted endpoint "
                               "with an agreed rate (default: no limit)")
@@ -298,6 +302,8 @@ _MISUSE: tuple[tuple[Callable[[argparse.Namespace], bool], str], ...] = (
      "--tokenizer counts prompts for --train-window: it needs --train-window N"),
     (lambda a: bool(a.redo_edited and a.s3),
      "--redo-edited rewrites local segments, and with --s3 they are uploaded (never rewritten)"),
+    (lambda a: bool(a.redo_repetition and a.s3),
+     "--redo-repetition rewrites local segments, and with --s3 they are uploaded (never rewritten)"),
 )
 
 
@@ -327,7 +333,7 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         fleet=fleet, sampling=settings_from(args), prompts=tuple(Path(p) for p in args.prompts), out=Path(args.out),
         view=view, s3=s3, simulate=simulate, turns=args.turns, strict=args.strict, show_problems=args.show_problems,
         allow_settings_change=args.allow_settings_change, retry_too_long=args.retry_too_long,
-        redo_edited=args.redo_edited, shard=args.shard,
+        redo_edited=args.redo_edited, redo_repetition=args.redo_repetition, shard=args.shard,
         shard_count=args.shard_count, segment_mb=args.segment_mb, segment_age=args.segment_age,
         max_attempts=args.max_attempts, max_requests_per_second=args.max_requests_per_second,
         max_retry_after=args.max_retry_after, grace=args.grace, loop_stop=args.loop_stop == "on",

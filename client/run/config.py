@@ -63,6 +63,7 @@ class RunConfig:
     allow_settings_change: bool = False
     retry_too_long: bool = False
     redo_edited: bool = False
+    redo_repetition: bool = False  # --redo-repetition: take out results a loop stop ended, generate them again
     shard: str | None = None
     shard_count: int | None = None
     segment_mb: float = 256.0

@@ -41,6 +41,7 @@ from client.run.s3_wiring import drain, open_s3, register_s3
 from client.run.settings_gate import SettingsGate, check_sync_target
 from client.run.shard_auto import resolve_shard
 from client.run.stop import StopController
+from client.run.stopped_loops import redo_stopped
 from client.run.summary import print_summary
 from client.s3.uploader import SegmentUploader, SyncReport
 
@@ -160,6 +161,8 @@ class Run:
         self.stats.track(len(fleet.endpoints))
         await gate.record(paths)
         await check_edited(gate.changed_prompt_files, paths, cfg.out, done_ids, redo=cfg.redo_edited, ledger=ledger)
+        if cfg.redo_repetition:
+            await redo_stopped(cfg.out, done_ids, ledger=ledger)
         await register_s3(uploader)  # only now: a start refused above has left S3 as it found it
         say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking "
             f"{'on' if cfg.sampling.enable_thinking else 'off'}, max_tokens {cfg.sampling.max_tokens}, "
