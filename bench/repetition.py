@@ -9,7 +9,9 @@ ids (each piece's index, spread over a 250K vocabulary) with the token rule, and
 replies that repeat without looping: a table whose rows differ only in their digits (checks find candidate
 periods and compare), numbered lines of prose in stretches of ~10,000 characters between short paragraphs
 (the counter test runs and normalises text, short of its 16,384-character floor), and base64 of zero bytes
-in stretches of 23,000 characters (exact repeats, short of the 32,768-character floor).
+in stretches of 23,000 characters (exact repeats, short of the 32,768-character floor). And the stream stop
+as client.wire.endpoint runs it: the stream rule not armed (a reply below 90% of its max_tokens: the window
+is kept, never searched) and armed.
 
     python -m bench.repetition [--pieces 200000] [--rounds 15] [--out docs/benchmarks.md]
 """
@@ -24,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.report import emit
-from client.core.repetition import RepetitionDetector, TokenRepetitionDetector
+from client.core.repetition import STREAM_RULE, RepetitionDetector, TokenRepetitionDetector
 from launch.sim.text import VOCAB
 
 
@@ -52,14 +54,15 @@ def _best_of(baseline: Callable[[], object], detector: Callable[[], object], rou
     return best[0], best[1]
 
 
-def _text_case(chunks: list[str], rounds: int) -> tuple[float, float]:
+def _text_case(chunks: list[str], rounds: int, make: Callable[[], RepetitionDetector] = RepetitionDetector
+               ) -> tuple[float, float]:
     def baseline() -> None:
         feed = _NoOp().feed
         for chunk in chunks:
             feed(chunk)
 
     def detector() -> None:
-        feed = RepetitionDetector().feed
+        feed = make().feed
         for chunk in chunks:
             if feed(chunk) is not None:
                 raise SystemExit("the detector fired on a reply that does not loop")
@@ -129,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases: list[tuple[str, float, float]] = [
         ("reply text, 1 piece per chunk", *_text_case(pieces, args.rounds)),
         ("reply text, 4 pieces per chunk (MTP)", *_text_case(_grouped(pieces, 4), args.rounds)),
+        ("the stream stop below 90% of max_tokens (not armed), 1 piece per chunk",
+         *_text_case(pieces, args.rounds, lambda: RepetitionDetector(STREAM_RULE, armed=False))),
+        ("the stream stop past 90% of max_tokens (armed), 1 piece per chunk",
+         *_text_case(pieces, args.rounds, lambda: RepetitionDetector(STREAM_RULE))),
         ("token ids, 1 id per chunk", *_ids_case([[i] for i in ids], args.rounds)),
         ("token ids, 4 ids per chunk (MTP)", *_ids_case([ids[i:i + 4] for i in range(0, len(ids), 4)], args.rounds)),
         ("worst case: a numeric table, ~14 chars per chunk", *_text_case(table_chunks, args.rounds)),

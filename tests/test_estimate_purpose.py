@@ -69,8 +69,9 @@ def test_where_a_loop_stop_fires(kind: Kind, length: int, block_chars: int, span
 @pytest.mark.parametrize(("text", "completion", "finish", "expected"), [
     ("A normal answer.", 10, "stop", (False, 0)),
     (varied(9000), 2250, "length", (False, 0)),  # long and varied: no loop
-    (varied(3000) + block(100) * 150, 4500, "length", (True, round(4500 * (18000 - 11704) / 18000))),
-    (varied(3000) + block(1500) * 12, 5250, "length", (True, round(5250 * (21000 - 15512) / 21000))),
+    # The stream stop is armed at 90% of the budget (a reply that ran to its cap: its length): the last tenth.
+    (varied(3000) + block(100) * 150, 4500, "length", (True, round(4500 * (18000 - 16200) / 18000))),
+    (varied(3000) + block(1500) * 12, 5250, "length", (True, round(5250 * (21000 - 18900) / 21000))),
     (varied(3000) + block(100) * 80, 1000, "length", (False, 0)),  # 8,000 characters: under the span floor
     (varied(3000) + block(256) * 34, 2926, "length", (True, 0)),  # a stream would not have stopped it sooner
     (varied(3000) + block(100) * 30, 1500, "repetition", (True, 0)),  # a loop stop already ended it
@@ -155,7 +156,8 @@ def test_from_results_reports_the_window_the_loops_and_the_savings(tmp_path: Pat
     assert data["input"]["loop_stop"]["mean_delay_chars"] == TEXT_RULE.check_every / 2
     (whole,) = data["projection"]["purpose"]  # nothing remains, so there is no second target
     total = n["chat"] * 100 + (n["code"] + n["long"]) * 300
-    loop_saved = round(100 * 6296 / 18000), round(300 * 6296 / 18000)
+    # The stream stop is armed at 90% of a looping reply's budget (its length): it saves the last tenth.
+    loop_saved = round(100 * 1800 / 18000), round(300 * 1800 / 18000)
     window = n["code"] * 250 + n["long"] * 300
     loop = n["chat_loops"] * loop_saved[0] + n["code_loops"] * loop_saved[1]
     # With both: a looping chat reply is cut by the loop stop; a looping code reply by the window anyway.

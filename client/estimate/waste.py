@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from client.core.repetition import TEXT_RULE, Kind, RepetitionRule, find_repetition
+from client.core.repetition_rule import STOP_SHARE
 
 REPETITION = "repetition"  # the finish_reason of a reply a loop stop ended
 DFLASH_WINDOW = 4096  # SpecForge's max_length in the DFlash recipe
@@ -32,7 +33,10 @@ def loop_stop_point(text_length: int, block: int, span: int, rule: RepetitionRul
 
 def loop_saving(text: str, completion: int, finish_reason: object,
                 rule: RepetitionRule = TEXT_RULE) -> tuple[bool, int]:
-    """(does the reply loop, completion tokens a loop stop would have saved)."""
+    """(does the reply loop, completion tokens a loop stop would have saved). The stream stop (client.wire.
+    endpoint) is armed only past 90% of max_tokens and cuts exact repeats only: a reply that ran to its cap
+    (`length`, so its length is its budget) with such a tail saves what follows the later of that point and
+    the rule's; one whose counters move, or that ended by itself, saves nothing."""
     found = find_repetition(text[-rule.window:], rule)
     if found is not None:  # the rule reads the tail; the whole text only to measure how far back it goes
         found = find_repetition(text, rule)
@@ -40,8 +44,10 @@ def loop_saving(text: str, completion: int, finish_reason: object,
         return True, 0
     if found is None or not text:
         return False, 0
-    saved_chars = len(text) - loop_stop_point(len(text), found.block, found.span, rule, found.kind)
-    return True, round(completion * saved_chars / len(text))
+    if finish_reason != "length" or found.kind == "counter":
+        return True, 0
+    stop = max(loop_stop_point(len(text), found.block, found.span, rule, found.kind), STOP_SHARE * len(text))
+    return True, round(completion * (len(text) - stop) / len(text))
 
 
 def record_text(record: dict[str, Any]) -> str:
@@ -53,4 +59,5 @@ def loop_stop_assumption(rule: RepetitionRule = TEXT_RULE) -> dict[str, Any]:
     """The rule and delay the loop-stop figures assume, for the JSON and the docs."""
     return {"max_block_chars": rule.max_block, "min_repeats": rule.min_repeats, "min_span_chars": rule.min_span,
             "counter_span_chars": rule.counter_span, "structured_span_chars": rule.structured_span,
-            "check_every_chars": rule.check_every, "mean_delay_chars": rule.check_every / 2}
+            "check_every_chars": rule.check_every, "mean_delay_chars": rule.check_every / 2,
+            "armed_at_share_of_max_tokens": STOP_SHARE, "counters_stopped": False}
