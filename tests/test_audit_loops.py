@@ -93,3 +93,27 @@ def test_a_simulated_run_with_a_loop_share(tmp_path: Path, fleet_factory: Any) -
     # Most of a looping reply is the loop: its onset is within the first half of a normal reply's length.
     assert loops["repeated_tokens"] > 0.6 * len(expected) * cap
     assert f"{len(expected):,} reply(s)" in messages(data)
+
+
+def test_a_complete_reply_is_only_suspected_and_a_near_loop_is_counted(tmp_path: Path) -> None:
+    from tests.loop_corpus import by_name
+
+    checklist = by_name("runbook_450").text  # asked for: its tail repeats, with counters
+    drift = by_name("drift_every_repeat").text  # a loop no exact rule finds, run to its cap
+    records = [result("asked", reasoning="", content=checklist, completion_tokens=5600, thinking=False),
+               result("asked-cut", reasoning="", content=checklist, completion_tokens=5600, finish_reason="length",
+                      thinking=False),
+               result("drift", reasoning=drift, content="", completion_tokens=16384, finish_reason="length"),
+               result("drift-ended", reasoning=drift, content="Done.", completion_tokens=16384)]
+    write_segment(tmp_path / "run", records)
+    code, data, _ = audit(str(tmp_path / "run"))
+    assert code == 0, messages(data)
+    loops = data["loops"]
+    # The complete runbook is a suspicion; cut at its cap, it reads as a loop (the text cannot tell). The
+    # drifting loop that ended by itself is neither: the near-repeat finder reads only replies cut at a cap.
+    assert (loops["records"], loops["suspected"], loops["near"]) == (2, 1, 1)
+    assert loops["completion_tokens"] == 5600 + 16384
+    assert [e.split(": ")[1] for e in loops["examples"]] == ["asked-cut", "drift"]
+    assert [e.split(": ")[1] for e in loops["suspected_examples"]] == ["asked"]
+    assert "1 reply(s) ended by themselves (finish_reason stop) with a repeating tail: only a suspicion" \
+        in messages(data)

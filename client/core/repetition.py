@@ -12,7 +12,9 @@ early. This module owns the test, pure and incremental so a stream can run it on
   repeated. A chunk costs a list append and a counter; the check runs once per `check_every` new units and
   is bounded by the rule, not by the reply's length, so the cost per chunk is O(1) amortised.
 - `find_repetition` / `find_token_repetition` ask the same of a whole reply (the audit), and measure how
-  far back the loop goes. The stream and the audit apply the same rule.
+  far back the loop goes. The audit applies `TEXT_RULE`; the stream's loop stop applies `STREAM_RULE` (no
+  counters) and arms its detector only once the reply has used 90% of its max_tokens (`stop_floor`,
+  client.wire.endpoint): before that it keeps its window and never searches it.
 
 The text rule (`RepetitionRule`, `TEXT_RULE`): the tail is a block of at most `max_block` (4,096)
 characters repeated back to back at least `min_repeats` (8) times, and over at least a floor that depends on
