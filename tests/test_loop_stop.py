@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,15 @@ import pytest
 from client.core.repetition import RepetitionDetector, stop_floor
 from client.results.reader import iter_records
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
+from client.wire.http1 import Headers
 from client.wire.sse import StreamParser
+from client.wire.transport import StreamResponse
 from launch.sim.config import SimConfig
 from launch.sim.script import build_script
 from launch.sim.server import SimServer
 from tests.conftest import make_prompts, run_client
+from tests.loop_corpus import by_name
+from tests.scripted_transport import ScriptedTransport, sse_reply
 
 REPO = Path(__file__).resolve().parent.parent
 PROSE = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])[:30_000]
@@ -151,3 +157,41 @@ def test_a_run_stops_the_looping_replies_and_keeps_them(tmp_path: Path, loop_sto
     else:
         assert not stopped
         assert all(records[i]["finish_reason"] == "length" for i in looping)
+
+
+class _EventByEvent(ScriptedTransport):
+    """Feeds the scripted reply one SSE event a read, as a server streams it."""
+
+    async def post(self, path: str, body: bytes, feed: Callable[[bytes], bool | None], *, idle_timeout: float,
+                   expect_type: str | None = None) -> StreamResponse:
+        answer = self.answers.popleft()
+        assert isinstance(answer, bytes)
+        for event in answer.split(b"\n\n"):
+            if event:
+                feed(event + b"\n\n")
+        return StreamResponse(200, Headers([("content-type", "text/event-stream")]))
+
+
+def _words(name: str) -> str:
+    return " ".join(by_name(name).text.split())
+
+
+@pytest.mark.parametrize(("text", "budget", "finish"), [
+    (_words("runbook_450"), None, "stop"),  # asked for, counters moving: streamed whole, even when it just fits
+    (_words("count_to_1000_words"), None, "stop"),
+    (_words("lorem_ipsum_40"), 16_384, "stop"),  # repeated exactly, well inside its budget
+    (" ".join(["Wait, let me check the cache key again."] * 1500), None, "repetition"),  # a loop to max_tokens
+], ids=["runbook-just-fits", "count-just-fits", "lorem", "loop"])
+async def test_a_streamed_reply_is_cut_only_when_it_loops_past_the_floor(text: str, budget: int | None,
+                                                                         finish: str) -> None:
+    words = len(text.split(" "))
+    max_tokens = budget if budget is not None else words + (0 if finish == "repetition" else 1)
+    reply = sse_reply(text, finish="length" if finish == "repetition" else "stop")
+    endpoint = Endpoint("http://scripted", max_in_flight=1, transport=_EventByEvent(deque([reply])))
+    completion, _ = await endpoint.stream_chat(orjson.dumps(_body(0, max_tokens)), max_tokens=max_tokens,
+                                               stop_loops=True)
+    assert completion.finish_reason == finish
+    if finish == "stop":
+        assert completion.content == text  # whole, not cut
+    else:
+        assert stop_floor(max_tokens) <= completion.usage["completion_tokens"] < max_tokens
