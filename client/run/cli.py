@@ -238,11 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
                                "directory), to count prompts on this host for servers that cannot count them "
                                "(neither SGLang nor vLLM); needs the [export] extra")
     retries.add_argument("--loop-stop", choices=("on", "off"), default="on",
-                         help="on: end a reply whose tail repeats one block over and over (a thinking model's "
-                              "loop) after about 8,000 characters of it (16,000 when its counters move, 32,000 "
-                              "of code or data), instead of paying for it until max_tokens; the record keeps "
-                              "the reply so far with finish_reason repetition and is not retried (default: "
-                              "%(default)s)")
+                         help="on: once a reply has used 90%% of its max_tokens, end it if its tail is one "
+                              "block repeated exactly (a thinking model's loop; over 8,000 characters of prose, "
+                              "32,000 of code or data); repeats whose counters move are never cut. The record "
+                              "keeps the reply so far with finish_reason repetition and is not retried "
+                              "(default: %(default)s)")
     retries.add_argument("--max-retry-after", type=positive_float, default=DEFAULT_MAX_RETRY_AFTER_S,
                          metavar="SECONDS",
                          help="honour a 429's Retry-After up to this long; a longer one is cut to it, so a bogus "
