@@ -75,3 +75,17 @@ def test_a_damaged_segment_is_checked_before_its_upload_so_s3_alone_holds_every_
     assert fresh.code == 0, fresh.stderr
     assert "already-done 12" in fresh.stderr, fresh.stderr
     assert not (tmp_path / "fresh" / "segments").exists() or not read_results(tmp_path / "fresh")
+
+
+def test_a_segment_damaged_here_after_its_upload_counts_its_whole_copy_in_s3(
+        tmp_path: Path, s3: S3Server, s3_prefix: str) -> None:
+    prompts = make_prompts(tmp_path / "p.jsonl", COUNT)
+    out = tmp_path / "out"
+    sync = ["--s3", f"s3://{BUCKET}/{s3_prefix}", "--s3-endpoint-url", s3.url]
+    assert run_client(_args(prompts, out, *sync)).code == 0  # uploaded whole
+    segment, _, _ = _damage(out)
+    again = run_client(_args(prompts, out, *sync))
+    assert again.code == 0, again.stderr
+    assert f"{segment}:5: not a whole record" in again.stderr
+    stored = [r["id"] for r in read_s3_results(s3, BUCKET, s3_prefix)]
+    assert len(stored) == len(set(stored)) == COUNT, "the whole copy in S3 counts: nothing is stored twice"

@@ -148,7 +148,8 @@ def _verified_ids(path: Path, listed: list[str] | None, report: ScanReport) -> l
         if unbacked:
             report.unbacked_ids += len(unbacked)
             report.damaged.append(f"{path.with_suffix('.ids')}: {len(unbacked)} id(s) without a whole record in "
-                                  f"{path.name} (e.g. {sorted(unbacked)[0]!r}); generated again")
+                                  f"{path.name} (e.g. {sorted(unbacked)[0]!r}); not done here "
+                                  "(generated again unless S3 holds them whole)")
     if listed != ids and not damaged:
         write_ids(path.with_suffix(".ids"), ids)
     return ids

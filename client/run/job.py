@@ -138,7 +138,8 @@ class Run:
         uploader = None
         if cfg.s3 is not None:
             uploader = await open_s3(cfg.s3, cfg.out, shard or Shard(0, 1), self.run_id, done_ids, stack,
-                                     failed_count=lambda: self.stats.failed, shard_source=shard_source)
+                                     failed_count=lambda: self.stats.failed, shard_source=shard_source,
+                                     set_aside=scan.set_aside)
         ledger = await self._turn_ledger(done_ids) if cfg.turns == "all" else None
         # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
         skip_ids = ledger.finished if ledger is not None else done_ids
