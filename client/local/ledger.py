@@ -4,8 +4,8 @@ A segment without its sidecar is the one a crash left open: its torn last line (
 ids are read from the records, and the sidecar is written. The ledger's line format is client.core.ids'.
 
 The sidecar never claims what its segment does not hold. A segment untouched since its sidecar was written
-(the sidecar is not the older file) is taken as it is, without reading it. Any other (edited, copied without its
-times, repaired) has its lines parsed in full (orjson, about 100 MB/s on a busy 2-core machine) and only
+(the sidecar is not the older file) is taken as it is, without reading it. Any other (edited, copied
+without its times, repaired) has its lines parsed in full (orjson, about 100 MB/s on a busy 2-core machine) and only
 the ids of whole records are done. A line that is not a whole record (a flipped byte, an edit) is moved
 aside to `<segment>.damaged` beside it, named with its line, and the sidecar is rewritten, so its prompt (or
 one whose line was deleted by hand) is generated again; every whole line stays where it was. A byte flipped
@@ -35,6 +35,7 @@ class ScanReport:
     unbacked_ids: int = 0  # ids a sidecar listed without a whole record in its segment: generated again
     damaged: list[str] = field(default_factory=list)  # one line per damaged line: file, line, where it went
     set_aside: list[str] = field(default_factory=list)  # the names (stems) of the segments rewritten
+
 
 DAMAGED_SUFFIX = ".damaged"
 _NAMED_LINES = 5  # damaged lines named one by one per segment; the rest are counted
