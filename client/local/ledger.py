@@ -5,11 +5,12 @@ ids are read from the records, and the sidecar is written. The ledger's line for
 
 The sidecar never claims what its segment does not hold. A segment untouched since its sidecar was written
 (the sidecar is not the older file) is taken as it is, without reading it. Any other (edited, copied
-without its times, repaired) has its lines parsed in full (orjson, about 100 MB/s on a busy 2-core machine) and only
-the ids of whole records are done. A line that is not a whole record (a flipped byte, an edit) is moved
-aside to `<segment>.damaged` beside it, named with its line, and the sidecar is rewritten, so its prompt (or
-one whose line was deleted by hand) is generated again; every whole line stays where it was. A byte flipped
-by the disk itself, without a write, leaves the segment's time as it was and is not looked for.
+without its times, repaired) has its lines parsed in full (orjson, about 100 MB/s on a busy 2-core
+machine) and only the ids of whole records are done. A line that is not a whole record (a flipped byte, an
+edit) is moved aside to `<segment>.damaged` beside it, named with its line, and the sidecar is rewritten,
+so its prompt (or one whose line was deleted by hand) is generated again; every whole line stays where it
+was. A byte flipped by the disk itself, without a write, leaves the segment's time as it was and is not
+looked for.
 """
 
 from __future__ import annotations
