@@ -4,6 +4,8 @@ error, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +21,12 @@ from argchecks import (
     positive_int,
     share,
 )
-from client.core.options import seed_number
+from client.core.options import MAX_SIMULATED, seed_number, simulated_servers
+from tests.conftest import REPO
 
 Checker = Callable[[str], Any]
+SIMULATED = ("must be a number of simulated servers from 1 to 64 (each one is a process of about 50 MB on this "
+             "machine), ")
 
 
 @pytest.mark.parametrize(("check", "text", "value"), [
@@ -31,6 +36,7 @@ Checker = Callable[[str], Any]
     (port_number, "0", 0), (port_number, "9400", 9400), (port_number, "65535", 65535),
     (non_empty_path, "runs/first", "runs/first"), (non_empty_path, ".", "."), (non_empty_path, " ", " "),
     (seed_number, "0", 0), (seed_number, "11", 11), (seed_number, "-1", -1),
+    (simulated_servers, "1", 1), (simulated_servers, "64", 64),
     (seed_number, "9223372036854775807", 2**63 - 1), (seed_number, "-9223372036854775808", -(2**63)),
 ])
 def test_accepts(check: Checker, text: str, value: Any) -> None:
@@ -63,6 +69,9 @@ def test_accepts(check: Checker, text: str, value: Any) -> None:
      "must be a whole number from -9223372036854775808 to 9223372036854775807 (signed 64-bit), "
      "got -9223372036854775809"),
     (seed_number, "1.5", "not a whole number: '1.5'"),
+    (simulated_servers, "0", SIMULATED + "got 0"),
+    (simulated_servers, "65", SIMULATED + "got 65"),
+    (simulated_servers, "100000", SIMULATED + "got 100000"),
     (non_empty_path, "", "must name a directory, got an empty path (give e.g. runs/first, or . for the current "
                          "directory)"),
 ])
@@ -79,3 +88,13 @@ def test_a_refusal_reaches_the_user_as_a_usage_error(capsys: pytest.CaptureFixtu
         parser.parse_args(["--top-p", "5"])
     assert exited.value.code == 2
     assert "argument --top-p: must be between 0 and 1, got 5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tool", ["run", "estimate"])
+def test_simulate_past_the_bound_is_a_usage_error_before_any_server_starts(tool: str) -> None:
+    assert MAX_SIMULATED == 64
+    proc = subprocess.run([sys.executable, "-m", f"client.{tool}", "--simulate", "100000", "--prompts", "p.jsonl"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert f"argument --simulate: {SIMULATED}got 100000" in proc.stderr
+    assert "Traceback" not in proc.stderr

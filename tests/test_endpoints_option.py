@@ -41,3 +41,15 @@ def test_reads_a_file_with_comments(tmp_path: Path) -> None:
     assert parse_endpoints(f"@{listing}") == ["http://10.0.0.5:30000", "http://10.0.0.5:30001/v1"]
     with pytest.raises(ConfigError, match="cannot read"):
         parse_endpoints(f"@{tmp_path / 'missing.txt'}")
+
+
+def test_a_file_given_without_its_at_sign_is_named_with_the_fix(tmp_path: Path) -> None:
+    listing = tmp_path / "servers" / "endpoints.txt"
+    listing.parent.mkdir()
+    listing.write_text("http://10.0.0.5:30000\n")
+    with pytest.raises(ConfigError) as caught:
+        parse_endpoints(str(listing))
+    assert str(caught.value) == (f"--endpoints: {str(listing)!r} is a file, not an http(s) URL: to read the "
+                                 f"endpoints from it, write --endpoints @{listing}")
+    with pytest.raises(ConfigError, match=r"not an http\(s\) URL: 'runs/servers/missing\.txt' \(expected"):
+        parse_endpoints("runs/servers/missing.txt")  # no such file: no advice about one

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -110,6 +111,48 @@ def test_a_stream_cut_short_names_the_file_and_line(tmp_path: Path) -> None:
             pass
 
 
+def varied_records(count: int) -> bytes:
+    """Records that do not compress to one block, so a file cut in half still holds whole blocks."""
+    rnd = random.Random(0)
+    return b"".join(orjson.dumps({"id": f"p{i}", "messages": [{"role": "user", "content": rnd.randbytes(40).hex()}]})
+                    + b"\n" for i in range(count))
+
+
+CUT_CASES = [("gzip", "cut.jsonl.gz", gzip.compress), ("zstd", "cut.jsonl.zst", zstandard.ZstdCompressor().compress)]
+
+
+@pytest.mark.parametrize(("kind", "filename", "compress"), CUT_CASES, ids=[c[0] for c in CUT_CASES])
+def test_a_compressed_file_cut_in_half_is_an_error_not_a_shorter_set(
+        tmp_path: Path, kind: str, filename: str, compress: Callable[[bytes], bytes]) -> None:
+    packed = compress(varied_records(4000))
+    path = tmp_path / filename
+    path.write_bytes(packed[: len(packed) // 2])
+    read = 0
+    with pytest.raises(InputError, match=rf"{path.name}:\d+: cannot read: the {kind} stream is corrupt or cut short"), \
+            prompt_lines(path) as lines:
+        for _ in lines:
+            read += 1
+    assert 0 < read < 4000
+
+
+def test_a_zstd_file_of_several_frames_reads_them_all(tmp_path: Path) -> None:
+    compress = zstandard.ZstdCompressor().compress
+    path = tmp_path / "frames.jsonl.zst"
+    path.write_bytes(compress(records(3, "a")) + compress(records(2, "b")) + compress(b""))
+    with prompt_lines(path) as lines:
+        assert [orjson.loads(line)["id"] for line in lines] == ["a0", "a1", "a2", "b0", "b1"]
+
+
+def test_a_zstd_file_cut_inside_its_last_frame_is_truncated(tmp_path: Path) -> None:
+    compress = zstandard.ZstdCompressor().compress
+    path = tmp_path / "frames.jsonl.zst"
+    path.write_bytes(compress(records(3, "a")) + compress(records(2, "b"))[:-3])
+    with pytest.raises(InputError, match=r"frames\.jsonl\.zst:\d+: .*truncated: the file ends inside a zstd frame"), \
+            prompt_lines(path) as lines:
+        for _ in lines:
+            pass
+
+
 def test_missing_and_empty_paths(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file or directory"):
         resolve_prompt_files([tmp_path / "nope.jsonl"])
@@ -142,7 +185,7 @@ class CliCase:
     make: Callable[[Path], Path]  # builds the --prompts argument under a directory
     extra: tuple[str, ...]
     code: int
-    written: int
+    written: int | None  # None: some, not all (a stream that breaks part of the way)
     says: tuple[str, ...]
 
 
@@ -154,6 +197,12 @@ def _dir_of_formats(base: Path) -> Path:
     write(folder / "3.jsonl.zst", records(2, "c"))
     (folder / "README.md").write_text("ignored")
     return folder
+
+
+def _cut(path: Path, data: bytes) -> Path:
+    write(path, data)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
 
 
 def _empty_dir(base: Path) -> Path:
@@ -171,6 +220,8 @@ CLI_CASES = [
     CliCase("zstd", lambda b: write(b / "p.jsonl.zst", records(4)), (), 0, 4, ("done 4",)),
     CliCase("BOM", lambda b: write(b / "p.jsonl", b"\xef\xbb\xbf" + records(3)), (), 0, 3,
             ("done 3", "skipped-invalid 0")),
+    CliCase("zstd cut in half", lambda b: _cut(b / "p.jsonl.zst", varied_records(4000)), (), 3, None,
+            ("p.jsonl.zst:", "cannot read: the zstd stream is corrupt or cut short (truncated")),
     CliCase("directory", _dir_of_formats, (), 0, 6, ("reading 3 prompt file(s) in sorted order", "done 6")),
     CliCase("JSON array", lambda b: write(b / "p.json", json_array(300)), (), 2, 0,
             ("holds one JSON array", "jq -c '.[]'", "p.jsonl")),
@@ -204,7 +255,8 @@ def test_input_formats_through_the_cli(tmp_path: Path, sim_url: str, case: CliCa
     assert result.code == case.code, result.stderr
     for text in case.says:
         assert text in result.stderr, result.stderr
-    assert count_written(out) == case.written
+    if case.written is not None:
+        assert count_written(out) == case.written
 
 
 # -- SIGTERM during the start-up wait -----------------------------------------------------------------

@@ -134,3 +134,18 @@ def test_server_echoing_the_bearer_token_leaves_no_trace(servers: ServerGroup, t
     assert PW not in repr(failures)
     assert PW not in result.stderr + result.stdout
 
+
+
+REPLIES = [
+    # remembered secret, generated text, as stored
+    ("sk-live-12345678", "the key is sk-live-12345678.", "the key is ***."),
+    ("sk-live-12345678", "clone ssh://git@host/repo", "clone ssh://git@host/repo"),  # userinfo in a reply is data
+    ("EMPTY", "The list is EMPTY.", "The list is EMPTY."),  # a placeholder key is an ordinary word
+    ("token-abc123", "echo token-abc123 and token-abc123", "echo *** and ***"),
+]
+
+
+@pytest.mark.parametrize(("secret", "generated", "stored"), REPLIES, ids=[r[1] for r in REPLIES])
+def test_a_reply_has_its_known_secrets_masked_and_nothing_else(secret: str, generated: str, stored: str) -> None:
+    redact.remember(secret)
+    assert redact.reply(generated) == stored

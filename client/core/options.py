@@ -27,6 +27,16 @@ seed_number = whole_in(SEED_MIN, SEED_MAX, "a whole number", " (signed 64-bit)")
 """A sampling seed: a whole number in the signed 64-bit range (SEED_MIN..SEED_MAX)."""
 
 
+# Each simulated server is a Python process of about 50 MB resident; 64 of them (some 3 GB) is what a
+# laptop or a CI runner holds, and more than any test of balancing needs. Without a bound, --simulate 100000
+# starts processes until memory runs out.
+MAX_SIMULATED = 64
+
+simulated_servers = whole_in(1, MAX_SIMULATED, "a number of simulated servers",
+                             " (each one is a process of about 50 MB on this machine)")
+"""--simulate N: how many simulated servers to start, 1..MAX_SIMULATED."""
+
+
 def add_s3_endpoint_url(group: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     group.add_argument("--s3-endpoint-url", metavar="URL",
                        help="an S3-compatible store (MinIO, Ceph, R2, ...) instead of AWS S3")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import orjson
 
 from client.core.errors import AttemptError, ConfigError, RequestRejected
+from client.core.human_out import note
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
 from client.fleet.kinds import kind_of
@@ -26,8 +26,8 @@ from client.wire.endpoint import Endpoint
 
 
 def say(message: str) -> None:
-    """A line on stderr (stdout stays free for a tool's own output)."""
-    print(message, file=sys.stderr, flush=True)
+    """A line on stderr (stdout stays free for a tool's own output); lost, never raised, when stderr fails."""
+    note(message)
 
 
 # How far into the prompt set to look for a tool schema, so the preflight carries `tools` when the run will.

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from argchecks import non_empty_path, non_negative_float, positive_float, positive_int
 from argchecks.parser import ToolParser
-from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IN_FLIGHT, add_s3_endpoint_url
+from client.core.options import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_IN_FLIGHT,
+    MAX_SIMULATED,
+    add_s3_endpoint_url,
+    simulated_servers,
+)
 from client.core.payload import SamplingSettings
 from client.fleet.options import add_network_options
 from client.fleet.preflight import COMPAT_CHOICES
@@ -80,9 +86,10 @@ def _out_dir(text: str) -> Path:
 def _fleet_options(parser: argparse.ArgumentParser) -> None:
     way = parser.add_argument_group("calibration on the fleet")
     way.add_argument("--endpoints", metavar="URL[,URL...]|@FILE", help="server base URLs, as for client.run")
-    way.add_argument("--simulate", type=positive_int, metavar="N",
+    way.add_argument("--simulate", type=simulated_servers, metavar="N",
                      help="start N simulated SGLang servers on 127.0.0.1 and calibrate on them (no GPU needed), as "
-                          "client.run --simulate does; the figures are then the simulated GPU's")
+                          f"client.run --simulate does (N from 1 to {MAX_SIMULATED}); the figures are then the "
+                          "simulated GPU's")
     way.add_argument("--sample", type=_sample_size, metavar="N|P%",
                      help="sample size: a count or a share of the set (default: 5x the fleet's decode slots, "
                           "at least 500)")

@@ -44,6 +44,10 @@ def parse_endpoints(spec: str) -> list[str]:
         try:
             server = ServerURL.parse(url)
         except ValueError as exc:  # the text carries no credentials
+            if not spec.startswith("@") and "://" not in url and Path(url).is_file():
+                # A file of URLs given without its `@` (e.g. runs/servers/endpoints.txt): say what was meant.
+                raise ConfigError(f"{origin}: {url!r} is a file, not an http(s) URL: to read the endpoints from "
+                                  f"it, write --endpoints @{url}") from None
             raise ConfigError(f"{origin}: {exc} (expected e.g. http://10.0.0.5:30000 or https://host/v1)") from None
         key = f"{server.origin}{server.root}"  # the same server with or without /v1 is one server
         if key in servers:

@@ -2,10 +2,12 @@
 
 `--prompts` takes files or directories. A directory stands for its `*.jsonl`, `*.jsonl.gz` and
 `*.jsonl.zst` files in sorted order. `.gz` is read with the stdlib's gzip, `.zst` with `zstandard`
-(streamed, never held whole). A leading UTF-8 BOM is dropped. A file that holds one JSON array rather
-than one record per line is refused at once (told by its first non-blank byte, `[`), with the command
-that converts it, instead of being reported as a thousand invalid lines; so is a file whose first record
-is in another known shape (ShareGPT, OpenAI, Hugging Face rows, parquet: prompts.shapes), with its converter.
+(streamed frame by frame, never held whole; a file that ends inside a frame is an error, as a cut gzip
+is, never a shorter set: zstandard's own stream reader ends quietly at the cut). A leading UTF-8 BOM is
+dropped. A file that holds one JSON array rather than one record per line is refused at once (told by
+its first non-blank byte, `[`), with the command that converts it, instead of being reported as a
+thousand invalid lines; so is a file whose first record is in another known shape (ShareGPT, OpenAI,
+Hugging Face rows, parquet: prompts.shapes), with its converter.
 Every reader of prompt files (the source, the ETA count, the multi-turn count, the audit, the status
 tool) opens them through `prompt_lines`, so every one of them reads the same formats.
 """
@@ -32,6 +34,7 @@ BOM = b"\xef\xbb\xbf"
 _BUFFER = 1 << 20
 _SNIFF_BYTES = 1 << 16
 _SNIFF_LINE = 1 << 22  # a first record longer than this is not sniffed for its shape
+_ZSTD_CHUNK = 1 << 17  # compressed bytes fed to the decompressor at a time
 
 
 def _decompress_errors() -> tuple[type[BaseException], ...]:
@@ -41,6 +44,58 @@ def _decompress_errors() -> tuple[type[BaseException], ...]:
 
         errors.append(zstandard.ZstdError)
     return tuple(errors)
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a .zst file's frames, one after another; EOFError when it ends inside one.
+
+    Hand-written over `decompressobj` because `stream_reader` gives no sign of an incomplete last frame:
+    a file cut in half would read as its first half."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        import zstandard
+
+        super().__init__()
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame = self._dctx.decompressobj()
+        self._in_frame = False  # bytes of a frame were fed and its end not yet seen
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        while not self._pending:
+            chunk = self._raw.read(_ZSTD_CHUNK)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("truncated: the file ends inside a zstd frame")
+                return 0
+            self._pending = memoryview(self._feed(chunk))
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+    def _feed(self, chunk: bytes) -> bytes:
+        out: list[bytes] = []
+        while chunk:
+            self._in_frame = True
+            out.append(self._frame.decompress(chunk))
+            if not self._frame.eof:
+                break
+            # A frame ended: what follows it is the next frame (zstd files may hold several).
+            chunk = self._frame.unused_data
+            self._frame = self._dctx.decompressobj()
+            self._in_frame = False
+        return b"".join(out)
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
 
 
 def _kind(path: Path) -> str:
@@ -58,17 +113,13 @@ def _open_binary(path: Path) -> IO[bytes]:
     if kind == "gzip":
         return cast("IO[bytes]", gzip.open(path, "rb"))
     if kind == "zstd":
-        try:
-            import zstandard
-        except ImportError:  # pragma: no cover - a runtime dependency; only a broken install lacks it
-            raise ConfigError(f"{path}: reading .zst needs the zstandard package (pip install zstandard)") from None
         raw = path.open("rb")
         try:
-            reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        except BaseException:
+            frames = _ZstdFrames(raw)
+        except ImportError:  # pragma: no cover - a runtime dependency; only a broken install lacks it
             raw.close()
-            raise
-        return cast("IO[bytes]", io.BufferedReader(cast("io.RawIOBase", reader), buffer_size=_BUFFER))
+            raise ConfigError(f"{path}: reading .zst needs the zstandard package (pip install zstandard)") from None
+        return cast("IO[bytes]", io.BufferedReader(frames, buffer_size=_BUFFER))
     return path.open("rb", buffering=_BUFFER)
 
 

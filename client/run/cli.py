@@ -27,7 +27,9 @@ from client.core.options import (
     DEFAULT_MAX_RETRY_AFTER_S,
     DEFAULT_SEGMENT_AGE_S,
     DEFAULT_SLOTS,
+    MAX_SIMULATED,
     seed_number,
+    simulated_servers,
 )
 from client.core.payload import SamplingSettings
 from client.fleet.options import FleetConfig, add_network_options, network_from
@@ -102,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--endpoints", metavar="URL[,URL...]|@FILE",
                        help="server base URLs, comma-separated, or @FILE with one URL per line "
                             "(as written by launch/start_servers.sh)")
-    fleet.add_argument("--simulate", type=positive_int, metavar="N",
-                       help="start N simulated SGLang servers on 127.0.0.1 and use them (no GPU needed)")
+    fleet.add_argument("--simulate", type=simulated_servers, metavar="N",
+                       help="start N simulated SGLang servers on 127.0.0.1 and use them (no GPU needed; N from 1 to "
+                            f"{MAX_SIMULATED})")
     fleet.add_argument("--model", help="model to request (default: the one the servers list at /v1/models)")
     fleet.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
                        help="bearer token for the servers (default: $REGEN_API_KEY; or put it in the URL, "

@@ -7,6 +7,7 @@ Reads `StatsSnapshot`s only; it never touches the swarm's state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import TextIO
@@ -18,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from client.core.durations import format_duration
+from client.core.human_out import give_up, note, reason, write_line
 from client.core.stats import EndpointSnapshot, StatsSnapshot, SyncView
 
 _STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
@@ -225,24 +227,43 @@ async def show_progress(
     refresh_s: float = 1.0,
     plain_every_s: float = 10.0,
 ) -> None:
-    """Runs until cancelled. `live=None` picks the rich view when the stream is a terminal."""
+    """Runs until cancelled. `live=None` picks the rich view when the stream is a terminal.
+
+    A stream that cannot be written (a full disk under the log, a closed pipe, a terminal gone) ends the
+    progress, never the run: one line on stderr says so (if stderr still works) and this returns."""
     out = stream or sys.stdout
     if live is None:
         live = out.isatty()
     if not live:
         while True:
             await asyncio.sleep(plain_every_s)
-            print(progress_line(snapshot()), file=out, flush=True)
+            error = write_line(out, progress_line(snapshot()))
+            if error is not None:
+                _progress_stopped(out, error)
+                return
     console = Console(file=out)
-    with Live(render(snapshot(), console.width), console=console, refresh_per_second=4, transient=False) as view:
-        try:
-            while True:
-                await asyncio.sleep(refresh_s)
-                view.update(render(snapshot(), console.width))
-        finally:
-            view.update(render(snapshot(), console.width), refresh=True)  # leave the final figures on screen
+    try:
+        with Live(render(snapshot(), console.width), console=console, refresh_per_second=4,
+                  transient=False) as view:
+            try:
+                while True:
+                    await asyncio.sleep(refresh_s)
+                    view.update(render(snapshot(), console.width))
+            finally:
+                with contextlib.suppress(OSError):  # a stream that broke must not hide a cancellation
+                    view.update(render(snapshot(), console.width), refresh=True)  # leave the final figures
+    except OSError as exc:
+        give_up(out)
+        _progress_stopped(out, exc)
+
+
+def _progress_stopped(out: TextIO, error: OSError) -> None:
+    name = "stdout" if out is sys.stdout else "stderr" if out is sys.stderr else str(getattr(out, "name", out))
+    say(f"warning: cannot write the progress to {name} ({reason(error)}); progress lines stopped, the run goes on "
+        "and its results are written to --out as before")
 
 
 def say(message: str) -> None:
-    """A line for the person running the job: on stderr, so stdout stays free for the progress view."""
-    print(message, file=sys.stderr, flush=True)
+    """A line for the person running the job: on stderr, so stdout stays free for the progress view. A stderr
+    that cannot be written loses the line; the run goes on (client.core.human_out)."""
+    note(message)

@@ -105,10 +105,12 @@ def _read_done(out: Path) -> tuple[set[str], ScanReport]:
     done_ids, scan = read_done_ids(out / "segments")
     if scan.segments:
         repaired = f", repaired a torn tail of {scan.repaired_bytes} bytes" if scan.repaired_bytes else ""
-        corrupt = f", {scan.corrupt_lines} unreadable line(s) ignored" if scan.corrupt_lines else ""
+        corrupt = (f", {scan.corrupt_lines} damaged line(s) moved aside" if scan.corrupt_lines else "")
         rebuilt = (f", rebuilt {scan.rebuilt_sidecars} damaged .ids sidecar(s) from their segments"
                    if scan.rebuilt_sidecars else "")
         say(f"resuming: {len(done_ids):,} done id(s) in {scan.segments} segment(s){repaired}{corrupt}{rebuilt}")
+        for line in scan.damaged:  # each damaged line named: its prompt is generated again
+            say(f"warning: {line}")
     return done_ids, scan
 
 
@@ -137,7 +139,8 @@ class Run:
         uploader = None
         if cfg.s3 is not None:
             uploader = await open_s3(cfg.s3, cfg.out, shard or Shard(0, 1), self.run_id, done_ids, stack,
-                                     failed_count=lambda: self.stats.failed, shard_source=shard_source)
+                                     failed_count=lambda: self.stats.failed, shard_source=shard_source,
+                                     set_aside=scan.set_aside)
         ledger = await self._turn_ledger(done_ids) if cfg.turns == "all" else None
         # What the source skips: done prompts, or (--turns all) conversations whose last event is written.
         skip_ids = ledger.finished if ledger is not None else done_ids

@@ -16,16 +16,18 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from client.core import redact
 from client.core.errors import ConfigError, InputError, RegenError, SinkError
 from client.core.loop import run_async
 from client.local.lock import hold_out_lock
+from client.local.out_dir import NewOut
 from client.local.sink import ResultSink
 from client.run.cli import build_parser, config_from
 from client.run.config import RunConfig, SimConfig
 from client.run.console import say
-from client.run.exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_SINK
+from client.run.exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_SINK
 from client.run.job import Run
 from client.run.stop import StopController
 
@@ -78,9 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     redact.remember(args.api_key)  # before anything can fail: a server may echo it in an error body
+    new_out = NewOut(Path(args.out))
     with StopController() as stop:  # from here SIGTERM ends like Ctrl-C: 130
+        code = EXIT_CONFIG
         try:
-            return _execute(config_from(parser, args), stop)
+            code = _execute(config_from(parser, args), stop)
+            return code
         except ConfigError as exc:
             say(f"error: {exc}")
             return EXIT_CONFIG
@@ -97,3 +102,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             say(_STOPPED)
             return EXIT_INTERRUPTED
+        finally:
+            if code != EXIT_OK:  # a run that failed at start leaves no empty --out it made behind
+                new_out.remove_if_unused()

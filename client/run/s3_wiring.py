@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from client.core.errors import ConfigError
@@ -25,7 +25,7 @@ from client.s3.uploader import SegmentUploader, SyncReport
 
 async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids: set[str],
                    stack: contextlib.AsyncExitStack, *, failed_count: Callable[[], int],
-                   shard_source: str = "") -> SegmentUploader:
+                   shard_source: str = "", set_aside: Sequence[str] = ()) -> SegmentUploader:
     """Check the bucket, add the done ids held in S3 and find what an earlier run left unuploaded: all
     before any request, so a bad bucket costs nothing, and without writing anything (`register_s3` does)."""
     url = S3Url.parse(args.s3)
@@ -34,7 +34,8 @@ async def open_s3(args: S3Config, out: Path, shard: Shard, run_id: str, done_ids
     try:
         found = await start_s3(store, segments_dir=out / "segments", writer=writer, host=host_name(),
                                shard=f"{shard.index}/{shard.count}", run_id=run_id,
-                               sync_interval_s=args.sync_interval, done=done_ids, shard_source=shard_source)
+                               sync_interval_s=args.sync_interval, done=done_ids, shard_source=shard_source,
+                               set_aside=frozenset(set_aside))
     except S3Error as exc:
         raise ConfigError(f"{exc}. Nothing was sent; start again once S3 answers.") from exc
 

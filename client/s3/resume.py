@@ -190,9 +190,14 @@ def _delete_uploaded(local: list[Path], entries: dict[str, SegmentEntry]) -> int
 
 
 async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, shard: str, run_id: str,
-                sync_interval_s: float, done: set[str], shard_source: str = "") -> S3Start:
+                sync_interval_s: float, done: set[str], shard_source: str = "",
+                set_aside: frozenset[str] = frozenset()) -> S3Start:
     """What a run with --s3 reads before its first request, changing nothing (see `commit`); `done` gains
-    the ids found in S3, and a live writer of this name or of another shard count refuses the start."""
+    the ids found in S3, and a live writer of this name or of another shard count refuses the start.
+
+    `set_aside`: the local segments whose damaged lines the ledger scan moved aside. One that was uploaded
+    whole (its object matches its entry) has its ids read from S3 too, so its whole copy there counts and
+    nothing is generated twice."""
     began = time.perf_counter()
     await store.check_bucket()
     manifests = await read_manifests(store)
@@ -221,7 +226,7 @@ async def start(store: S3Store, *, segments_dir: Path, writer: str, host: str, s
     watch_ids = frozenset(i for ids in pending.values() for i in ids)
 
     local_names = {path.stem for path in local}
-    remote = [entry for name, entry in entries.items() if name not in local_names]
+    remote = [entry for name, entry in entries.items() if name not in local_names or name in set_aside]
     result.s3_segments = len(remote)
     result.s3_ids_added, overlap = await fetch_done_ids(store, remote, done, watch_ids)
 

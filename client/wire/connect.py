@@ -25,7 +25,6 @@ import asyncio
 import base64
 import functools
 import ssl
-import sys
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 import httptools
 
 from client.core.errors import ConfigError
+from client.core.human_out import note
 from client.wire.errors_map import CA_BUNDLE, CONNECT, PROXY, Step, mapped, proxy_refused
 from client.wire.urls import ServerURL
 
@@ -63,8 +63,8 @@ class Route:
 def ssl_context(ca_bundle: str | None = None, insecure: bool = False) -> ssl.SSLContext:
     """The TLS context of every connection of the process with these settings (made once)."""
     if insecure:
-        print("warning: --insecure: TLS certificates are not verified; anyone in the path can read and alter "
-              "the traffic", file=sys.stderr, flush=True)
+        note("warning: --insecure: TLS certificates are not verified; anyone in the path can read and alter "
+             "the traffic")
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

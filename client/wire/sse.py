@@ -26,6 +26,9 @@ choices is rare), so the per-chunk path does no more work for them.
 Memory is bounded (client.wire.bounds): the unterminated tail of an event held between reads may not pass
 `event_bytes`, and the bytes of the whole stream (after any gzip) not `stream_bytes`; passing either is an
 OversizedResponse naming the cap, so a server cannot grow the client without end, compressed or not.
+
+The finished Completion has the run's known secrets masked in its texts (`redact.reply`): a server that
+echoes the bearer token in what it generates cannot get it into a record.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from client.core import redact
 from client.core.errors import OversizedResponse, StreamDropped, StreamErrorEvent
 from client.core.records import Completion, ToolCall, Usage
 from client.core.repetition import Repetition, RepetitionDetector
@@ -317,8 +321,10 @@ class StreamParser:
         return self._completion(self.usage if self.usage is not None else {})
 
     def _completion(self, usage: Usage) -> Completion:
+        # Masked here, once, so no record, retry, next turn, S3 object or export can hold an echoed API key.
         tool_calls = tuple(
-            ToolCall(id=parts.id, name=parts.name, arguments="".join(parts.arguments))
+            ToolCall(id=redact.reply(parts.id), name=redact.reply(parts.name),
+                     arguments=redact.reply("".join(parts.arguments)))
             for _, parts in sorted(self._tools.items())
         )
         spec = None
@@ -326,8 +332,8 @@ class StreamParser:
             fill_cached_tokens(usage, self.sglext)
             spec = spec_from(self.sglext.get("spec_tokens_details"))
         return Completion(
-            reasoning="".join(self._reasoning),
-            content="".join(self._content),
+            reasoning=redact.reply("".join(self._reasoning)),
+            content=redact.reply("".join(self._content)),
             tool_calls=tool_calls,
             finish_reason=self.finish_reason,
             usage=usage,
