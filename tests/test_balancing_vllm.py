@@ -43,6 +43,7 @@ from client.fleet.startup import check_reachable
 from client.wire.endpoint import Endpoint
 from tests.conftest import make_prompts, read_failures, read_results, run_client, wait_until
 from tests.engines.conftest_vllm import LOG_DIR
+from tests.engines.start_time import engine_start
 from tests.engines.tiny_models import MODEL_NAMES
 from tests.engines.vllm_server import VLLMServer, VLLMServerError
 
@@ -62,12 +63,13 @@ def servers(vllm_venv_python: Path, tiny_model_dirs: dict[str, Path]) -> Iterato
     )
     message = None
     try:
-        for server in pair:
-            server.log_path.unlink(missing_ok=True)
-            # Spawned from this thread: a server gets SIGTERM when the thread that spawned it ends.
-            server.spawn()
-        for server in pair:
-            server.wait_ready()
+        with engine_start():  # their own bound, not the time limit of the test that needs them first
+            for server in pair:
+                server.log_path.unlink(missing_ok=True)
+                # Spawned from this thread: a server gets SIGTERM when the thread that spawned it ends.
+                server.spawn()
+            for server in pair:
+                server.wait_ready()
     except VLLMServerError as exc:
         message = str(exc)
     if message is not None:
