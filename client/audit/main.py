@@ -57,6 +57,10 @@ exit codes:
 """
 
 
+# Without the prompt set the audit cannot tell a missing prompt from one never asked for: the row says how to.
+NOT_CHECKED = "not checked: --prompts FILE checks that every prompt has exactly one result"
+
+
 def percentile(ordered: Sequence[int], fraction: float) -> int:
     """Nearest-rank percentile of an ascending sequence (0 when empty)."""
     if not ordered:
@@ -140,6 +144,8 @@ def _summary_table(data: dict[str, Any]) -> Table:
     if ids is not None:
         table.add_row("exactly once", f"prompts {ids['prompts']:,}; missing {ids['missing']:,}, "
                                       f"duplicated {ids['duplicated']:,}, unknown {ids['unknown']:,}")
+    else:
+        table.add_row("exactly once", NOT_CHECKED)
     table.add_row("finish_reason", ", ".join(f"{k} {v:,} ({share(v, n):.1%})" for k, v in
                                              data["finish_reasons"].items()))
     if data["cut_by_train_window"]:
