@@ -87,7 +87,8 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
                      help="sample size: a count or a share of the set (default: 5x the fleet's decode slots, "
                           "at least 500)")
     way.add_argument("--out", type=_out_dir, metavar="DIR",
-                     help="where the sample and its results go (default: runs/estimate-<time>); must be new or empty")
+                     help="where the sample and its results go, kept; must be new or empty (default: runs/estimate-"
+                          "<time>; with --simulate a temporary directory removed at exit)")
     way.add_argument("--seed", type=int, default=0, help="seed of the sample draw and the bootstrap (default: 0)")
     way.add_argument("--model", help="model to request (default: the one the servers list)")
     way.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
