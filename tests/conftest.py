@@ -281,10 +281,13 @@ def fleet_factory(tmp_path: Path) -> Iterator[Any]:
     """Start simulated fleets; every fleet started here is closed after the test."""
     fleets: list[SimFleet] = []
 
+    from tests.engines.start_time import SMALL_SERVER_START_S, server_start  # registered as a plugin first
+
     def start(specs: Sequence[SimServerSpec], *, wait_ready: bool = True, seed: int = 0) -> SimFleet:
         fleet = SimFleet(list(specs), seed=seed, log_dir=tmp_path / f"sim-logs-{len(fleets)}")
         fleets.append(fleet)
-        fleet.start(wait_ready=wait_ready)
+        with server_start():  # its own bound, while its processes live; not the test's time limit
+            fleet.start(wait_ready=wait_ready, timeout=SMALL_SERVER_START_S)
         return fleet
 
     yield start

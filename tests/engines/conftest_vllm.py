@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .start_time import engine_start
+from .start_time import server_start
 from .tiny_models import MODEL_NAMES, build_tiny_models, load_script
 from .vllm_server import REPO_ROOT, VLLMServer, VLLMServerError, vllm_python
 
@@ -54,7 +54,7 @@ def vllm_venv_python() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dirs(vllm_venv_python: Path) -> dict[str, Path]:
     try:
-        with engine_start():
+        with server_start():
             return build_tiny_models(vllm_venv_python)
     except VLLMServerError as exc:
         message = str(exc)
@@ -83,7 +83,7 @@ def vllm_server_factory(
         servers.append(server)
         server.log_path.unlink(missing_ok=True)
         try:
-            with engine_start():  # its own bound, not the test's time limit
+            with server_start():  # its own bound, not the test's time limit
                 return server.start()
         except VLLMServerError as exc:
             message = str(exc)

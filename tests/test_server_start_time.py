@@ -4,7 +4,7 @@ pytest-timeout times setup, call and teardown together, so without tests/engines
 engine that starts slowly on a loaded machine is killed by the first test's limit. Here a pytest run of its
 own holds two tests with a 1 s limit, each of whose fixtures starts a simulated server that answers
 /health 503 for its first 3 s (its modelled start-up, `--startup-delay`): the start wrapped in
-`engine_start()` is waited for and its test passes; the bare one is killed by the limit.
+`server_start()` is waited for and its test passes; the bare one is killed by the limit.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ TESTS = """\
 import pytest
 
 from launch.sim.fleet import SimFleet, SimServerSpec
-from tests.engines.start_time import engine_start
+from tests.engines.start_time import server_start
 
 
 def _slow_server(log_dir):
@@ -37,7 +37,7 @@ def _slow_server(log_dir):
 
 @pytest.fixture
 def wrapped(tmp_path):
-    with engine_start():
+    with server_start():
         fleet = _slow_server(tmp_path)
     yield fleet
     fleet.close()
