@@ -2,7 +2,8 @@
 directory or s3://BUCKET/PREFIX), or with `--out DIR` / `--s3 s3://BUCKET/PREFIX` as client.run spells them.
 
 A new user carries `--out runs/demo` from client.run to client.audit, or `runs/demo` from client.audit to
-client.status; both work, and a run named wrongly gets one line that shows the forms.
+client.status; both work, and a run named wrongly gets one line that shows the forms. client.estimate takes
+RUN as --from-results RUN; client.export takes RUN only (its --out is the file it writes), and says so.
 """
 
 from __future__ import annotations
@@ -55,3 +56,22 @@ def test_a_run_named_wrongly_gets_the_forms_in_one_line(name: str, args: list[st
     proc = tool(name, *(a.format(run=run_dir) for a in args))
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "usage:" not in proc.stderr
+
+
+def test_estimate_takes_the_run_as_from_results(run_dir: Path, tmp_path: Path) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"id": f"p{i}", "messages": [{"role": "user", "content": "q"}]}) + b"\n"
+                                 for i in range(3)))
+    proc = tool("client.estimate", str(run_dir), "--prompts", str(prompts), "--gpus", "1", "--json")
+    assert proc.returncode in (0, 1), proc.stderr  # 1: too few timings to project, said so; the run was read
+    info = orjson.loads(proc.stdout)["input"]
+    assert (info["mode"], info["results"], info["measured"]) == ("from-results", str(run_dir), 3)
+    twice = tool("client.estimate", str(run_dir), "--from-results", str(run_dir), "--prompts", str(prompts))
+    assert twice.returncode == 2 and "the run is named twice" in twice.stderr, twice.stderr
+
+
+def test_export_without_the_run_says_where_it_goes(tmp_path: Path) -> None:
+    proc = tool("client.export", "--tokenizer", "sim", "--out", str(tmp_path / "train.parquet"))
+    assert proc.returncode == 2, proc.stderr
+    assert "which run? Name it first: python -m client.export RUN --tokenizer PATH --out FILE" in proc.stderr
+    assert f"--out {tmp_path / 'train.parquet'} is the file to write" in proc.stderr

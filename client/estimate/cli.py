@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     _fleet_options(parser)
     past = parser.add_argument_group("projection from a partial run")
     past.add_argument("--from-results", metavar="DIR|s3://...", help="read these results instead of sending a sample")
+    past.add_argument("run", nargs="?", metavar="RUN",
+                      help="the same as --from-results RUN: a run's --out directory or s3://BUCKET/PREFIX, named as "
+                           "client.audit and client.status name it")
     add_s3_endpoint_url(past)
     plan = parser.add_argument_group("the planned run")
     defaults = SamplingSettings()
@@ -167,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Options that do not go together: parser.error (exit 2) naming them."""
+    if args.run:  # the run named as every offline tool names it
+        if args.from_results:
+            parser.error(f"the run is named twice ({args.run} and --from-results {args.from_results}); name it once")
+        args.from_results = args.run
     ways = [bool(args.endpoints), bool(args.simulate), bool(args.from_results)]
     if sum(ways) != 1:
         parser.error("give exactly one of --endpoints (calibrate on the fleet), --simulate N (calibrate on simulated "
