@@ -75,3 +75,12 @@ def test_export_without_the_run_says_where_it_goes(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "which run? Name it first: python -m client.export RUN --tokenizer PATH --out FILE" in proc.stderr
     assert f"--out {tmp_path / 'train.parquet'} is the file to write" in proc.stderr
+
+
+def test_the_run_ends_by_naming_the_next_tools_one_way(tmp_path: Path) -> None:
+    from client.run.next_steps import next_commands
+
+    out = tmp_path / "demo"
+    for command, _ in next_commands(out, simulated=True):
+        tool_name, first = command.split()[2:4]
+        assert first == str(out), f"{tool_name} is given the run as RUN, as every tool takes it: {command}"
