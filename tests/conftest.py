@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "prompts" / "sample.jsonl"
 
-pytest_plugins = ["tests.engines.conftest_vllm", "tests.engines.conftest_sglang", "tests.engines.conftest_trainers"]
+# start_time first: the engines' fixtures import it, and a plugin is registered (and assert-rewritten) before.
+pytest_plugins = ["tests.engines.start_time", "tests.engines.conftest_vllm", "tests.engines.conftest_sglang",
+                  "tests.engines.conftest_trainers"]
 
 # The tool schema the generated prompts carry (a strict one: `unit` is an enum, no other properties).
 WEATHER_TOOL: dict[str, Any] = {"type": "function", "function": {
@@ -60,8 +62,8 @@ ENGINE_FIXTURES = {
 }
 # The fixtures that start or share the S3 protocol server: the tests using one get the `s3` marker.
 S3_FIXTURES = {"s3_session", "s3_private"}
-# An engine test may be the one that builds the tiny models (up to 300 s) and starts its servers (vLLM up to
-# 180 s, SGLang up to 300 s).
+# An engine test's own limit. Building the tiny models and starting the servers, in whichever test needs them
+# first, is not on this clock (tests/engines/start_time.py): it has its own bound, while the server lives.
 VLLM_TIMEOUT_S = 600
 # `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). The tests of one engine share
 # session-scoped servers (SLURM one cluster, the trainers one driver process each), so each engine's tests
@@ -279,10 +281,13 @@ def fleet_factory(tmp_path: Path) -> Iterator[Any]:
     """Start simulated fleets; every fleet started here is closed after the test."""
     fleets: list[SimFleet] = []
 
+    from tests.engines.start_time import SMALL_SERVER_START_S, server_start  # registered as a plugin first
+
     def start(specs: Sequence[SimServerSpec], *, wait_ready: bool = True, seed: int = 0) -> SimFleet:
         fleet = SimFleet(list(specs), seed=seed, log_dir=tmp_path / f"sim-logs-{len(fleets)}")
         fleets.append(fleet)
-        fleet.start(wait_ready=wait_ready)
+        with server_start():  # its own bound, while its processes live; not the test's time limit
+            fleet.start(wait_ready=wait_ready, timeout=SMALL_SERVER_START_S)
         return fleet
 
     yield start

@@ -161,7 +161,7 @@ class S3Server:
                 urllib.request.urlopen(self.url + "/moto-api/", timeout=1).close()
                 return
             time.sleep(0.1)
-        raise RuntimeError("the S3 server did not come up")
+        raise RuntimeError(f"the S3 server did not come up in {timeout:.0f} s; see {self.state / 'server.log'}")
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -270,8 +270,11 @@ def read_s3_results(server: S3Server, bucket: str, prefix: str) -> list[dict[str
 
 @contextlib.contextmanager
 def running_s3(state: Path) -> Iterator[S3Server]:
+    from tests.engines.start_time import SMALL_SERVER_START_S, server_start  # pytest: not in the server's process
+
     server = S3Server(state)
-    server.start()
+    with server_start():  # its own bound, while it lives; not the time limit of the test that needs it
+        server.start(timeout=SMALL_SERVER_START_S)
     try:
         yield server
     finally:

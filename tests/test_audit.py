@@ -221,3 +221,16 @@ def test_invalid_prompt_lines_are_not_missing(tmp_path: Path) -> None:
     assert data["ids"]["missing"] == 0 and data["ids"]["invalid_prompts"] == 4
     assert f"4 line(s) of the prompt files are not valid records (e.g. {prompts}:4: messages is missing" \
         in messages(data)
+
+
+def test_without_prompts_the_table_says_how_to_check_exactly_once(tmp_path: Path) -> None:
+    write_segment(tmp_path / "run", [result(f"p{i}") for i in range(3)])
+    plain = subprocess.run([sys.executable, "-m", "client.audit", str(tmp_path / "run")], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert plain.returncode == 0, plain.stderr
+    row = next(line for line in plain.stdout.splitlines() if "exactly once" in line)
+    assert "not checked: --prompts FILE checks that every prompt has exactly one result" in row, plain.stdout
+    prompts = write_prompt_ids(tmp_path / "p.jsonl", [f"p{i}" for i in range(3)])
+    checked = subprocess.run([sys.executable, "-m", "client.audit", str(tmp_path / "run"), "--prompts", str(prompts)],
+                             cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert "prompts 3; missing 0, duplicated 0, unknown 0" in checked.stdout, checked.stdout

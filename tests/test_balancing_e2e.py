@@ -2,60 +2,79 @@
 
 from __future__ import annotations
 
-import collections
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from client.fleet.balancer import target_depth
 from launch.sim.fleet import SimServerSpec
-from tests.conftest import REPO, client_command, count_written, make_prompts, read_results, run_client, wait_for_records
+from tests.conftest import (
+    REPO,
+    client_command,
+    count_written,
+    make_prompts,
+    read_results,
+    run_client,
+    wait_for_records,
+    wait_until,
+)
 from tests.test_run_e2e import assert_complete_once
 
 FAST = ("--mean-tokens", "150", "--tokens-per-chunk", "2")
 
 
-def per_endpoint(out: Path) -> collections.Counter[str]:
-    return collections.Counter(r["endpoint"] for r in read_results(out))
-
-
-def tokens_per_endpoint(out: Path) -> collections.Counter[str]:
-    tokens: collections.Counter[str] = collections.Counter()
-    for record in read_results(out):
-        tokens[record["endpoint"]] += record["usage"]["completion_tokens"]
-    return tokens
+def _loads(url: str) -> tuple[int, int]:
+    """(running, waiting) that a simulated server reports at /v1/loads, as SGLang does."""
+    with urllib.request.urlopen(f"{url}/v1/loads", timeout=10) as response:
+        rank = orjson.loads(response.read())["loads"][0]
+    return int(rank["num_running_reqs"]), int(rank["num_waiting_reqs"])
 
 
 @pytest.mark.slow
-def test_four_times_the_capacity_gets_four_times_the_work(tmp_path: Path, fleet_factory: Any) -> None:
-    """While prompts remain, the policy holds every endpoint between its capacity and its target depth, so
-    each server decodes at full batch and its share of the generated tokens is its share of the slots.
-    The one slack is the end of the run: when the prompts run out, each server still finishes what it
-    holds, at most its target depth of requests of at most --max-tokens each. So with capacities 4 and
-    16 (ratio 4) the large server's tokens L and the small one's S satisfy
-        -4 * target_depth(4) * M  <=  L - 4 * S  <=  target_depth(16) * M.
-    Token counts, not request counts: lengths are heavy-tailed, so how many requests fit in a server's
-    slots varies from run to run far more than the tokens it decodes."""
-    small_slots, large_slots, max_tokens = 4, 16, 300
+def test_each_server_is_kept_full_to_its_own_capacity(tmp_path: Path, fleet_factory: Any) -> None:
+    """What the dispatcher controls is how many requests each server holds: while prompts remain, every
+    slot of each server is taken (the 16-slot server runs 16, the 4-slot one 4) and no server holds more
+    than its target depth. The servers' own running and waiting counts (/v1/loads) are the witness.
+
+    Not asserted: that the 16-slot server decodes four times the tokens. That is a rate, and on a starved
+    CPU both simulated servers slow alike (a ratio of 2.16 was seen); bench/balance.py measures the split."""
+    small_slots, large_slots = 4, 16
     fleet = fleet_factory([SimServerSpec(max_running=small_slots, speed=6.0, extra_args=FAST),
                            SimServerSpec(max_running=large_slots, speed=6.0, extra_args=FAST)])
+    slots = dict(zip(fleet.urls, (small_slots, large_slots), strict=True))
     prompts = make_prompts(tmp_path / "p.jsonl", 400)
     out = tmp_path / "out"
-    result = run_client(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts), "--out", str(out),
-                         "--max-tokens", str(max_tokens)])
-    assert result.code == 0, result.stderr[-2000:]
-    counts, tokens = per_endpoint(out), tokens_per_endpoint(out)
-    assert counts[fleet.urls[0]] + counts[fleet.urls[1]] == 400
-    small, large = tokens[fleet.urls[0]], tokens[fleet.urls[1]]
-    ratio = large_slots // small_slots
-    low = -ratio * target_depth(small_slots) * max_tokens
-    high = target_depth(large_slots) * max_tokens
-    assert low <= large - ratio * small <= high, (
-        f"tokens small {small}, large {large} (ratio {large / small:.2f}): L - {ratio}S = {large - ratio * small} "
-        f"is outside [{low}, {high}]; requests {dict(counts)}")
+    proc = subprocess.Popen(client_command(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
+                                            "--out", str(out), "--max-tokens", "300"]),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak_running = dict.fromkeys(fleet.urls, 0)
+    peak_held = dict.fromkeys(fleet.urls, 0)
+
+    def every_server_full() -> bool:
+        for url in fleet.urls:
+            running, waiting = _loads(url)
+            peak_running[url] = max(peak_running[url], running)
+            peak_held[url] = max(peak_held[url], running + waiting)
+        return all(peak_running[url] == slots[url] for url in fleet.urls)
+
+    try:
+        wait_until(every_server_full, f"each server to run as many requests as it has slots {slots}", proc=proc,
+                   timeout=300)
+        while proc.poll() is None and count_written(out) < 300:  # the rest of the run, while prompts remain
+            every_server_full()
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    assert_complete_once(read_results(out), {f"p{i:06d}" for i in range(400)})
+    for url in fleet.urls:
+        assert peak_held[url] <= target_depth(slots[url]), (
+            f"{url} held {peak_held[url]} requests, over its target depth {target_depth(slots[url])}")
 
 
 @pytest.mark.slow

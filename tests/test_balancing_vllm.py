@@ -43,6 +43,7 @@ from client.fleet.startup import check_reachable
 from client.wire.endpoint import Endpoint
 from tests.conftest import make_prompts, read_failures, read_results, run_client, wait_until
 from tests.engines.conftest_vllm import LOG_DIR
+from tests.engines.start_time import server_start
 from tests.engines.tiny_models import MODEL_NAMES
 from tests.engines.vllm_server import VLLMServer, VLLMServerError
 
@@ -62,12 +63,13 @@ def servers(vllm_venv_python: Path, tiny_model_dirs: dict[str, Path]) -> Iterato
     )
     message = None
     try:
-        for server in pair:
-            server.log_path.unlink(missing_ok=True)
-            # Spawned from this thread: a server gets SIGTERM when the thread that spawned it ends.
-            server.spawn()
-        for server in pair:
-            server.wait_ready()
+        with server_start():  # their own bound, not the time limit of the test that needs them first
+            for server in pair:
+                server.log_path.unlink(missing_ok=True)
+                # Spawned from this thread: a server gets SIGTERM when the thread that spawned it ends.
+                server.spawn()
+            for server in pair:
+                server.wait_ready()
     except VLLMServerError as exc:
         message = str(exc)
     if message is not None:
@@ -226,7 +228,7 @@ def test_cli_run_against_two_vllm_servers(servers: tuple[VLLMServer, VLLMServer]
         # The server logs a request once its answer starts: a poll answered late (vLLM answers /metrics
         # between decode steps) is logged after the run has returned; wait for the log to catch up.
         wait_until(functools.partial(_metrics_polls_logged, server, before[server.url], 2),
-                   f"two /metrics polls in {server.url}'s log", timeout=30)
+                   f"two /metrics polls in {server.url}'s log", timeout=300)  # minutes late on a loaded CPU
         polls = _load_requests(server)[before[server.url]:]
         _assert_discovery(polls)  # this run found its load source afresh and ended on /metrics
         assert sum(path == "/metrics" for path, _ in polls) >= 2

@@ -47,6 +47,8 @@ from tests.conftest import (
 )
 from tests.engines.conftest_sglang import LOG_DIR
 from tests.engines.sglang_server import CONTEXT_LENGTH, SGLangServer
+from tests.engines.start_time import server_start
+from tests.engines.vllm_server import STARTUP_TIMEOUT_S
 
 pytestmark = [pytest.mark.sglang_server, pytest.mark.slow]
 
@@ -230,7 +232,9 @@ def test_a_server_warming_up_answers_503_and_joins_when_ready(sglang_model_dirs:
             except httpx.HTTPError:
                 return None
 
-        wait_until(lambda: health() is not None, "SGLang's HTTP server to answer", timeout=300)
+        with server_start():  # the server's own bound, while it lives; not the test's time limit
+            wait_until(lambda: health() is not None, "SGLang's HTTP server to answer", timeout=STARTUP_TIMEOUT_S,
+                       proc=server.proc)
         scheduler = _scheduler(server)
         scheduler.suspend()
         assert health() == 503, "the warm-up ended before the scheduler was stopped; /health must say 503 now"

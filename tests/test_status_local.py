@@ -135,9 +135,9 @@ def test_a_live_unrelated_pid_in_an_unheld_lock_is_not_a_live_run(tmp_path: Path
 @pytest.mark.parametrize(("args", "says"), [
     (["--out", "{t}/nope"], "no such directory"),
     (["--out", "{t}/empty"], "not a run's directory"),
-    (["--out", "{t}/empty", "--s3", "s3://b/p"], "not allowed with argument"),
-    (["--out", "{t}/empty", "--s3-endpoint-url", "http://127.0.0.1:9"], "--s3-endpoint-url goes with --s3"),
-    ([], "one of the arguments --s3 --out is required"),
+    (["--out", "{t}/empty", "--s3", "s3://b/p"], "name it once"),
+    (["--out", "{t}/empty", "--s3-endpoint-url", "http://127.0.0.1:9"], "--s3-endpoint-url goes with an s3:// run"),
+    ([], "which run? Name it as RUN"),
 ])
 def test_refusals_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
     (tmp_path / "empty").mkdir()

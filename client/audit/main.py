@@ -27,7 +27,7 @@ from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, scan_results
 from client.core.errors import ConfigError, InputError
 from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
-from client.core.options import add_s3_endpoint_url
+from client.core.options import add_run_location, add_s3_endpoint_url, run_location
 from client.results.reader import ReadReport
 
 # The one scheme (client.core.exit_codes), named for this tool's cases.
@@ -55,6 +55,10 @@ exit codes:
   2  bad options, or the results or prompt files cannot be read
   3  healthy so far, but incomplete: some ids of --prompts have no result yet
 """
+
+
+# Without the prompt set the audit cannot tell a missing prompt from one never asked for: the row says how to.
+NOT_CHECKED = "not checked: --prompts FILE checks that every prompt has exactly one result"
 
 
 def percentile(ordered: Sequence[int], fraction: float) -> int:
@@ -140,6 +144,8 @@ def _summary_table(data: dict[str, Any]) -> Table:
     if ids is not None:
         table.add_row("exactly once", f"prompts {ids['prompts']:,}; missing {ids['missing']:,}, "
                                       f"duplicated {ids['duplicated']:,}, unknown {ids['unknown']:,}")
+    else:
+        table.add_row("exactly once", NOT_CHECKED)
     table.add_row("finish_reason", ", ".join(f"{k} {v:,} ({share(v, n):.1%})" for k, v in
                                              data["finish_reasons"].items()))
     if data["cut_by_train_window"]:
@@ -212,8 +218,7 @@ def _truncation_note(data: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = ToolParser(prog="python -m client.audit", description=DESCRIPTION, epilog=EPILOG,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", metavar="DIR|s3://BUCKET/PREFIX",
-                        help="the run's --out directory (or its segments/), one segment file, or the S3 prefix")
+    add_run_location(parser, "the run: its --out directory (or its segments/), one segment file, or the S3 prefix")
     parser.add_argument("--prompts", action="append", metavar="FILE|DIR", type=Path,
                         help="the prompt set, for the exactly-once check (missing, duplicated, unknown ids); "
                              ".jsonl, .jsonl.gz, .jsonl.zst or a directory of them; repeat")
@@ -237,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.results = run_location(parser, args)
     limits = Thresholds(short_tokens=args.short_tokens, max_stub_share=args.max_stub_share,
                         max_empty_reasoning_share=args.max_empty_reasoning_share,
                         max_bad_tool_call_share=args.max_bad_tool_call_share)

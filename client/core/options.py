@@ -40,3 +40,32 @@ simulated_servers = whole_in(1, MAX_SIMULATED, "a number of simulated servers",
 def add_s3_endpoint_url(group: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     group.add_argument("--s3-endpoint-url", metavar="URL",
                        help="an S3-compatible store (MinIO, Ceph, R2, ...) instead of AWS S3")
+
+
+# The run a tool reads is named one way in every tool: as its first argument (RUN), a local --out directory or
+# an S3 prefix, told apart by `s3://`; `--out DIR` and `--s3 s3://BUCKET/PREFIX` say the same, as client.run
+# and client.status spell them, so a command carried over from one tool to another works.
+RUN_FORMS = "RUN (a run's --out directory or s3://BUCKET/PREFIX), or --out DIR, or --s3 s3://BUCKET/PREFIX"
+
+
+def add_run_location(parser: argparse.ArgumentParser, what: str) -> None:
+    """The positional RUN and its two option forms; `what` is RUN's help (what the tool reads there)."""
+    parser.add_argument("run", nargs="?", metavar="RUN", help=what)
+    parser.add_argument("--out", dest="run_out", metavar="DIR",
+                        help="the same as RUN, a local --out directory (as client.run names it)")
+    parser.add_argument("--s3", dest="run_s3", metavar="s3://BUCKET/PREFIX",
+                        help="the same as RUN, the S3 prefix the run syncs to (as client.run names it)")
+
+
+def run_location(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The run that RUN, --out or --s3 names; exactly one of them, else a one-line error that shows the forms."""
+    given = [value for value in (args.run, args.run_out, args.run_s3) if value]
+    if not given:
+        parser.error(f"which run? Name it as {RUN_FORMS}")
+    if len(given) > 1:
+        parser.error(f"the run is named {len(given)} times ({', '.join(given)}); name it once: {RUN_FORMS}")
+    if args.run_out and args.run_out.startswith("s3://"):
+        parser.error(f"--out takes a local directory; for {args.run_out} write --s3 {args.run_out}")
+    if args.run_s3 and not args.run_s3.startswith("s3://"):
+        parser.error(f"--s3 takes s3://BUCKET/PREFIX; for a local directory write --out {args.run_s3}")
+    return str(given[0])

@@ -94,7 +94,8 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
                      help="sample size: a count or a share of the set (default: 5x the fleet's decode slots, "
                           "at least 500)")
     way.add_argument("--out", type=_out_dir, metavar="DIR",
-                     help="where the sample and its results go (default: runs/estimate-<time>); must be new or empty")
+                     help="where the sample and its results go, kept; must be new or empty (default: runs/estimate-"
+                          "<time>; with --simulate a temporary directory removed at exit)")
     way.add_argument("--seed", type=int, default=0, help="seed of the sample draw and the bootstrap (default: 0)")
     way.add_argument("--model", help="model to request (default: the one the servers list)")
     way.add_argument("--api-key", default=os.environ.get("REGEN_API_KEY"),
@@ -148,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     _fleet_options(parser)
     past = parser.add_argument_group("projection from a partial run")
     past.add_argument("--from-results", metavar="DIR|s3://...", help="read these results instead of sending a sample")
+    past.add_argument("run", nargs="?", metavar="RUN",
+                      help="the same as --from-results RUN: a run's --out directory or s3://BUCKET/PREFIX, named as "
+                           "client.audit and client.status name it")
     add_s3_endpoint_url(past)
     plan = parser.add_argument_group("the planned run")
     defaults = SamplingSettings()
@@ -173,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Options that do not go together: parser.error (exit 2) naming them."""
+    if args.run:  # the run named as every offline tool names it
+        if args.from_results:
+            parser.error(f"the run is named twice ({args.run} and --from-results {args.from_results}); name it once")
+        args.from_results = args.run
     ways = [bool(args.endpoints), bool(args.simulate), bool(args.from_results)]
     if sum(ways) != 1:
         parser.error("give exactly one of --endpoints (calibrate on the fleet), --simulate N (calibrate on simulated "

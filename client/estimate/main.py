@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -99,8 +100,30 @@ def _simulated(args: argparse.Namespace) -> Iterator[tuple[str, ...]]:
         yield tuple(fleet.urls)
 
 
+@contextlib.contextmanager
+def _calibration_dir(args: argparse.Namespace) -> Iterator[Path]:
+    """Where the sample and its results go: --out if given; on a real fleet runs/estimate-<time>, kept, since
+    those results cost GPU time and --from-results re-reads them; with --simulate a temporary directory,
+    removed at exit: a simulated calibration is cheap to repeat and its tens of MB were never asked for."""
+    if args.out is not None:
+        yield args.out
+    elif args.simulate:
+        with tempfile.TemporaryDirectory(prefix="regen-estimate-") as scratch:
+            yield Path(scratch) / "calibration"
+    else:
+        yield Path("runs") / f"estimate-{new_run_id()}"
+
+
 def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Measurements, Census, dict[str, Any]]:
-    out: Path = args.out or Path("runs") / f"estimate-{new_run_id()}"
+    with _calibration_dir(args) as out:
+        found, counted, info = _calibrate_in(out, args, settings)
+    if args.simulate and args.out is None:
+        info["out"] = None  # removed with its temporary directory; the report says how to keep it
+    return found, counted, info
+
+
+def _calibrate_in(out: Path, args: argparse.Namespace,
+                  settings: SamplingSettings) -> tuple[Measurements, Census, dict[str, Any]]:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
@@ -210,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code, info, projection = estimate(args)
     except KeyboardInterrupt:
-        print("interrupted; the results written so far stay in --out", file=sys.stderr)
+        kept = args.out is not None or not args.simulate  # a simulated run's temporary directory is gone
+        print("interrupted; " + ("the results written so far stay in --out" if kept else
+                                 "nothing kept (--out DIR keeps a simulated calibration's results)"), file=sys.stderr)
         return EXIT_INTERRUPTED
     except SinkError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -71,7 +71,8 @@ def _header(info: dict[str, Any], console: Console) -> None:
     head = f"{size} in {len(info['strata'])} strata; {info['measured']:,} results measured"
     if info.get("mode") == "calibration":
         head += (f" from a calibration sample of {info['sample_size']:,} ({info['failed']} failed) in "
-                 f"{duration(info['elapsed_s'])}; results in {info['out']}")
+                 f"{duration(info['elapsed_s'])}; "
+                 + (f"results in {info['out']}" if info["out"] else "results not kept (--out DIR keeps them)"))
     else:
         head += f" from {info['results']}"
     console.print(head)

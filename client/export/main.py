@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write a run's results as the training set a drafter trainer reads: parquet, SpecForge "
                     "(conversations or pre-tokenized) or speculators JSONL, streamed; and check that the "
                     "trainer's chat template renders the tokens the server generated.")
-    parser.add_argument("results", metavar="DIR|s3://BUCKET/PREFIX", help="the run's results (as for client.audit)")
+    parser.add_argument("results", nargs="?", metavar="RUN",
+                        help="the run: its --out directory or s3://BUCKET/PREFIX (as for client.audit)")
     parser.add_argument("--tokenizer", required=True, type=Path, metavar="PATH",
                         help="model or tokenizer directory (tokenizer.json + tokenizer_config.json with the chat "
                              "template), or a tokenizer.json file; sim: the simulated fleet's tokenizer")
@@ -220,6 +221,9 @@ def _print_template(report: Any, args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.results is None:  # --out here is the file written, not the run as in client.run and client.status
+        parser.error(f"which run? Name it first: python -m client.export RUN --tokenizer PATH --out FILE (RUN: a "
+                     f"run's --out directory or s3://BUCKET/PREFIX; --out {args.out} is the file to write)")
     if args.rows == "conversation" and not FORMATS[args.format].conversation_rows:
         parser.error("--rows conversation needs --format specforge: the server's ids are per turn, and only a "
                      "trainer that re-renders the conversation can find its earlier turns' spans")

@@ -33,7 +33,7 @@ def next_commands(out: Path, *, simulated: bool) -> list[tuple[str, str]]:
     tokenizer = "sim" if simulated else "MODEL_DIR"
     return [(f"python -m client.audit {where}", "is the data real?"),
             (f"python -m client.export {where} --tokenizer {tokenizer} --out {target}", "the training set"),
-            (f"python -m client.status --out {where}", "where the run stands")]
+            (f"python -m client.status {where}", "where the run stands")]
 
 
 def print_next_steps(output: RunOutput, *, interrupted: bool) -> None:

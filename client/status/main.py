@@ -25,7 +25,7 @@ from argchecks import positive_float
 from argchecks.parser import ToolParser
 from client.core.errors import ConfigError, InputError
 from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_USAGE
-from client.core.options import add_s3_endpoint_url
+from client.core.options import add_run_location, add_s3_endpoint_url, run_location
 from client.local.prompt_files import resolve_prompt_files
 from client.s3.manifest import Manifest
 from client.s3.resume import read_manifests
@@ -37,8 +37,9 @@ EXIT_ERROR, EXIT_STALE = EXIT_USAGE, EXIT_NOT_DONE
 
 _EPILOG = """\
 examples:
-  python -m client.status --s3 s3://my-bucket/regen/run1 --prompts data.jsonl   # every shard, fleet ETA
-  python -m client.status --out runs/full --prompts data.jsonl                  # one host's --out
+  python -m client.status s3://my-bucket/regen/run1 --prompts data.jsonl   # every shard, fleet ETA
+  python -m client.status runs/full --prompts data.jsonl                   # one host's --out
+  (--s3 s3://... and --out DIR name the run as well, as client.run spells them)
 
 exit codes (one scheme for every tool: docs/exit-codes.md):
   0    printed, no shard stale
@@ -57,9 +58,8 @@ async def _read(url: S3Url, endpoint_url: str | None) -> list[Manifest]:
 def build_parser() -> argparse.ArgumentParser:
     parser = ToolParser(prog="python -m client.status", description=__doc__.split("\n\n")[0],
                         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--s3", metavar="s3://BUCKET/PREFIX", help="the prefix the clients sync to: every shard")
-    where.add_argument("--out", metavar="DIR", help="a run's local --out directory: its segments, run.json and lock")
+    add_run_location(parser, "the run: its local --out directory (its segments, run.json and lock), or the S3 "
+                             "prefix the clients sync to (every shard)")
     add_s3_endpoint_url(parser)
     parser.add_argument("--prompts", action="append", metavar="FILE|DIR",
                         help="the run's prompt file(s) (.jsonl, .jsonl.gz, .jsonl.zst, or a directory of them), "
@@ -80,8 +80,8 @@ def _print(table: Table, doc: dict[str, Any], as_json: bool) -> None:
         Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
-def _s3_status(args: argparse.Namespace, paths: list[Path]) -> int:
-    url = S3Url.parse(args.s3)
+def _s3_status(args: argparse.Namespace, location: str, paths: list[Path]) -> int:
+    url = S3Url.parse(location)
     manifests = asyncio.run(_read(url, args.s3_endpoint_url))
     prompts = None
     if paths:
@@ -97,8 +97,8 @@ def _s3_status(args: argparse.Namespace, paths: list[Path]) -> int:
     return EXIT_STALE if stale else EXIT_OK
 
 
-def _local_status(args: argparse.Namespace, paths: list[Path]) -> int:
-    status = local.read_local(Path(args.out), paths, now=time.time())
+def _local_status(args: argparse.Namespace, location: str, paths: list[Path]) -> int:
+    status = local.read_local(Path(location), paths, now=time.time())
     _print(local.render(status), local.as_json(status), args.json)
     return EXIT_OK
 
@@ -106,13 +106,15 @@ def _local_status(args: argparse.Namespace, paths: list[Path]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.out and args.s3_endpoint_url:
-        parser.error("--s3-endpoint-url goes with --s3")
+    location = run_location(parser, args)
+    on_s3 = location.startswith("s3://")
+    if not on_s3 and args.s3_endpoint_url:
+        parser.error("--s3-endpoint-url goes with an s3:// run")
     try:
         paths = resolve_prompt_files([Path(p) for p in args.prompts]).paths if args.prompts else []
-        if args.s3:
-            return _s3_status(args, paths)
-        return _local_status(args, paths)
+        if on_s3:
+            return _s3_status(args, location, paths)
+        return _local_status(args, location, paths)
     except (ConfigError, InputError, S3Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .sglang_server import SGLangServer, SGLangServerError, sglang_python
+from .start_time import server_start
 from .tiny_models import MODEL_NAMES, build_tiny_models, load_script
 from .vllm_server import REPO_ROOT, VLLMServerError
 
@@ -50,7 +51,8 @@ def sglang_venv_python() -> Path:
 @pytest.fixture(scope="session")
 def sglang_model_dirs(sglang_venv_python: Path) -> dict[str, Path]:
     try:
-        return build_tiny_models(sglang_venv_python)
+        with server_start():
+            return build_tiny_models(sglang_venv_python)
     except VLLMServerError as exc:
         message = str(exc)
     pytest.fail(message, pytrace=False)
@@ -68,11 +70,12 @@ def sglang_pair(sglang_venv_python: Path, sglang_model_dirs: dict[str, Path]) ->
     servers = [SGLangServer(sglang_model_dirs["scripted"], name, python=sglang_venv_python,
                             log_path=LOG_DIR / f"{name}-{i}.log") for i in range(2)]
     try:
-        for server in servers:
-            server.log_path.unlink(missing_ok=True)
-            server.spawn()  # both start at once: the wait is for the slower one, not the sum
-        for server in servers:
-            server.wait_ready()
+        with server_start():  # their own bound, not the time limit of the test that needs them first
+            for server in servers:
+                server.log_path.unlink(missing_ok=True)
+                server.spawn()  # both start at once: the wait is for the slower one, not the sum
+            for server in servers:
+                server.wait_ready()
     except VLLMServerError as exc:  # wait_ready raises the base class
         message = str(exc)
     else:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .start_time import server_start
 from .tiny_models import MODEL_NAMES, build_tiny_models, load_script
 from .vllm_server import REPO_ROOT, VLLMServer, VLLMServerError, vllm_python
 
@@ -53,7 +54,8 @@ def vllm_venv_python() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dirs(vllm_venv_python: Path) -> dict[str, Path]:
     try:
-        return build_tiny_models(vllm_venv_python)
+        with server_start():
+            return build_tiny_models(vllm_venv_python)
     except VLLMServerError as exc:
         message = str(exc)
     pytest.fail(message, pytrace=False)
@@ -81,7 +83,8 @@ def vllm_server_factory(
         servers.append(server)
         server.log_path.unlink(missing_ok=True)
         try:
-            return server.start()
+            with server_start():  # its own bound, not the test's time limit
+                return server.start()
         except VLLMServerError as exc:
             message = str(exc)
         pytest.fail(message, pytrace=False)

@@ -34,9 +34,6 @@ from tests.engines.vllm_server import REPO_ROOT, VLLMServer, VLLMServerError
 VENV_ENV_VAR = "REGEN_SWARM_SGLANG_VENV"
 SETUP_HINT = "run `bash tests/setup/sglang_server.sh` to create it"
 KERNEL_STUB = Path(__file__).resolve().parent / "sgl_kernel_stub"
-# Each server of a test session is about 3 GB and takes 40-80 s to answer /health on 2 cores (two starting
-# at once take longer), so the wait is generous.
-STARTUP_TIMEOUT_S = 300.0
 CONTEXT_LENGTH = 2048  # as the vLLM servers' --max-model-len, so too_long tests read the same
 
 # The flags every test server gets: a Qwen3 with reasoning and Qwen tool calls, on a CPU.
@@ -73,10 +70,6 @@ def sglang_python(venv: Path | None = None) -> Path:
 
 class SGLangServer(VLLMServer):
     """One SGLang server process group (scheduler and detokenizer are its children)."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("startup_timeout", STARTUP_TIMEOUT_S)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     ENTRY_POINT = "sglang.launch_server"
     MODEL_FLAG = "--model-path"

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .vllm_server import REPO_ROOT, VLLMServerError
+from .vllm_server import REPO_ROOT, STARTUP_TIMEOUT_S, VLLMServerError
 
 HERE = Path(__file__).resolve().parent
 BUILDER = HERE / "tiny_qwen3.py"
@@ -61,7 +61,7 @@ def _build_stale(python: Path, root: Path) -> dict[str, Path]:
         for v in stale
     }
     for v, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
+        out, _ = proc.communicate(timeout=STARTUP_TIMEOUT_S)  # torch's import alone is slow on a loaded CPU
         if proc.returncode != 0:
             raise VLLMServerError(f"building the {v} tiny model failed:\n{out.decode(errors='replace')}")
         (dirs[v] / STAMP).write_text(digest + "\n")

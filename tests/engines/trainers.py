@@ -21,6 +21,7 @@ with a fixed seed: compare rows as a multiset, or one row per file.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -148,6 +149,9 @@ class _ServingDriver:
 
     def call(self, args: list[str], timeout: float = TIMEOUT_S) -> tuple[int, str]:
         """Run one job (a driver command line); its exit code and what it printed."""
+        from tests.engines.start_time import server_start  # pytest: only in the test process
+
+        starting = self.proc is None or self.proc.poll() is not None
         proc = self._start()
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -155,7 +159,10 @@ class _ServingDriver:
             proc.stdin.flush()
         except BrokenPipeError:
             raise self._died(proc, "exited before the job") from None
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        # A new driver's first answer waits for torch's and datasets' import, minutes on a loaded CPU: that is
+        # its start, bounded by `timeout` and not by the time limit of the test that happens to run it.
+        with server_start() if starting else contextlib.nullcontext():
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
         line = proc.stdout.readline() if ready else ""
         if not line:
             raise self._died(proc, "answered nothing" if ready else f"took more than {timeout:.0f} s")

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_ENV_VAR = "REGEN_SWARM_VLLM_VENV"
 SETUP_HINT = "run `bash tests/setup/vllm.sh` to create it"
+# How long a server may take to answer /health, while its process lives (a dead one fails at once): vLLM
+# about 40 s and SGLang 40-80 s on an idle 2-core machine, vLLM 2.5 minutes beside three CPU-heavy jobs.
+# The bound is generous, so that a slow start is waited for and only a hung one fails, with its log.
+STARTUP_TIMEOUT_S = 900.0
 
 # The flags every test server gets: a Qwen3 with reasoning and hermes tool calls, on a CPU.
 BASE_ARGS: tuple[str, ...] = (
@@ -92,7 +96,7 @@ class VLLMServer:
         host: str = "127.0.0.1",
         port: int | None = None,
         log_path: Path | str | None = None,
-        startup_timeout: float = 180.0,
+        startup_timeout: float = STARTUP_TIMEOUT_S,
         env: dict[str, str] | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)

@@ -152,7 +152,7 @@ def _tail(path: Path, limit: int = 3000) -> str:
 
 
 def start_server(module: str, *args: str, log: bool | str | Path = True, tls: TLSFiles | None = None,
-                 workdir: str | Path | None = None, timeout: float = 10.0,
+                 workdir: str | Path | None = None, timeout: float | None = None,
                  env: dict[str, str] | None = None) -> RunningServer:
     """Run `python -m tests.servers.<module> ARGS...` (module "oddserver", "proxies", or a dotted path) and
     return once it listens. `log=True` logs requests to a file in `workdir` (a temporary directory, removed
@@ -181,8 +181,11 @@ def start_server(module: str, *args: str, log: bool | str | Path = True, tls: TL
                                 env=full_env, start_new_session=True,
                                 preexec_fn=_die_with_parent if deathsig else None)
     assert proc.stdout is not None
+    from tests.engines.start_time import SMALL_SERVER_START_S, server_start  # pytest, only where a test runs it
+
     try:
-        port = _read_port(proc, proc.stdout, timeout, stderr_path)
+        with server_start():  # its own bound, while it lives (a dead one ends the read); not the test's limit
+            port = _read_port(proc, proc.stdout, SMALL_SERVER_START_S if timeout is None else timeout, stderr_path)
     except BaseException:
         proc.kill()
         proc.wait()
