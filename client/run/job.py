@@ -17,6 +17,7 @@ from typing import Any
 from client.core.errors import ConfigError, InputError, RequestRejected
 from client.core.payload import RequestShape
 from client.core.records import Prompt
+from client.core.sampling_plan import plan_line
 from client.core.stats import RunStats, StatsSnapshot
 from client.engine.rate import RequestRate
 from client.engine.retry import LocalCount
@@ -153,22 +154,24 @@ class Run:
                             delete_uploaded=cfg.s3 is not None and cfg.s3.delete_uploaded)
 
         async def check_shape(shape: RequestShape) -> None:
+            plan = None if cfg.plan is None else {**cfg.plan.describe(), "sha256": cfg.plan.sha256,
+                                                  "seed": cfg.sampling.seed}
             await gate.check(shaping_settings(model=shape.model, sampling=shape.sampling,
                                               thinking=shape.settings.enable_thinking, turns=cfg.turns,
                                               fields=shape.policy.extensions, loop_stop=cfg.loop_stop,
-                                              train_window=cfg.train_window))
+                                              train_window=cfg.train_window, plan=plan))
 
         fleet = await stack.enter_async_context(
             open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape,
-                       train_window=cfg.train_window, counts_locally=self._local_count is not None))
+                       train_window=cfg.train_window, counts_locally=self._local_count is not None,
+                       plan=cfg.plan))
         self.stats.track(len(fleet.endpoints))
         await gate.record(paths)
         await check_edited(gate.changed_prompt_files, paths, cfg.out, done_ids, redo=cfg.redo_edited, ledger=ledger)
         if cfg.redo_repetition:
             await redo_stopped(cfg.out, done_ids, ledger=ledger)
         await register_s3(uploader)  # only now: a start refused above has left S3 as it found it
-        say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking "
-            f"{'on' if cfg.sampling.enable_thinking else 'off'}, max_tokens {cfg.sampling.max_tokens}, "
+        say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); {plan_line(fleet.shape.the_plan)}, "
             f"turns {cfg.turns}")
 
         source = PromptSource(paths, skip_ids, strict=cfg.strict, shard=shard, on_problem=self._problem_shower(),
