@@ -215,3 +215,13 @@ def test_a_field_the_run_does_not_send_is_refused(tmp_path: Path, text: str, pol
 
 def test_fields_the_plan_leaves_to_the_command_line_are_not_refused(tmp_path: Path) -> None:
     check_plan_fit(plan_of(tmp_path, "[settings.a]\ntemperature = 0.3\n"), FieldPolicy.standard())
+
+
+def test_the_documented_914k_plan() -> None:
+    """docs/sampling.md's worked example: thinking on for agentic and reasoning, off for short chat, two
+    temperatures each."""
+    plan = read_plan(str(Path(__file__).resolve().parent.parent / "docs" / "examples" / "sampling-914k.toml"), BASE)
+    assert plan.shares({"source": "chat"}) == {"chat": 0.75, "chat-hot": 0.25}
+    assert plan.shares({"source": "tools"}) == plan.shares(None) == {"think": 0.75, "think-hot": 0.25}
+    assert {s.name: (s.values.enable_thinking, s.values.temperature) for s in plan.settings} == {
+        "think": (True, 0.6), "think-hot": (True, 1.0), "chat": (False, 0.7), "chat-hot": (False, 1.0)}

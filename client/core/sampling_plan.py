@@ -194,16 +194,30 @@ def single(values: SamplingSettings) -> SamplingPlan:
 
 
 def plan_line(plan: SamplingPlan) -> str:
-    """The start-up line's words for the plan: `sampling plan qwen3-card: thinking (max_tokens 8192)`, or
-    each setting with its weight and the rules."""
+    """The start-up line's words for the plan: `sampling plan qwen3-card: thinking (...)`, or each setting,
+    then each rule with the shares it draws (or, without rules, each setting's share)."""
     def brief(s: Setting) -> str:
         v = s.values
         return (f"{s.name} (thinking {'on' if v.enable_thinking else 'off'}, temperature {v.temperature}, "
-                f"max_tokens {v.max_tokens})")
+                f"top_p {v.top_p}, max_tokens {v.max_tokens})")
+
+    def shares(choices: Sequence[tuple[str, float]]) -> str:
+        total = sum(weight for _, weight in choices)
+        return ", ".join(f"{name} {weight / total:.0%}" for name, weight in choices)
+
     if len(plan.settings) == 1 and not plan.rules:
         return f"sampling plan {plan.name}: {brief(plan.settings[0])}"
-    total = sum(s.weight for s in plan.settings)
-    settings = ", ".join(f"{brief(s)} {s.weight / total:.0%}" for s in plan.settings)
-    rules = "; ".join(f"rule {r.name!r} -> {', '.join(n for n, _ in r.use)}" for r in plan.rules)
-    return f"sampling plan {plan.name} ({plan.source}, sha256 {plan.sha256[:12]}): {settings}" + (
-        f"; {rules}" if rules else "")
+    head = (f"sampling plan {plan.name} ({plan.source}, sha256 {plan.sha256[:12]}): "
+            f"{'; '.join(map(brief, plan.settings))}")
+    draws = [f"rule {r.name!r} ({_match_words(r)}): {shares(r.use)}" for r in plan.rules]
+    if not any(not r.match for r in plan.rules):
+        draws.append(f"{'other prompts' if plan.rules else 'every prompt'}: "
+                     f"{shares([(s.name, s.weight) for s in plan.settings])}")
+    return f"{head}. Draws: {'; '.join(draws)}"
+
+
+def _match_words(rule: Rule) -> str:
+    if not rule.match:
+        return "every other prompt"
+    return " and ".join(f"meta.{key} in {list(values)}" if len(values) > 1 else f"meta.{key} = {values[0]!r}"
+                        for key, values in rule.match.items())
