@@ -225,3 +225,28 @@ def test_the_documented_914k_plan() -> None:
     assert plan.shares({"source": "tools"}) == plan.shares(None) == {"think": 0.75, "think-hot": 0.25}
     assert {s.name: (s.values.enable_thinking, s.values.temperature) for s in plan.settings} == {
         "think": (True, 0.6), "think-hot": (True, 1.0), "chat": (False, 0.7), "chat-hot": (False, 1.0)}
+
+
+PLAN_JSON = {"name": "mix", "settings": {"a": {"weight": 3.0}, "b": {"weight": 1.0}, "c": {"weight": 1.0}},
+             "rules": [{"name": "chat", "match": {"source": ["chat"]}, "use": {"c": 1.0}}]}
+
+
+@pytest.mark.parametrize(("draws", "asked", "outside"), [
+    # 400 agentic records drawn 300/100 from a 3:1 rule-less draw over a, b, c (0.6 / 0.2 / 0.2): a is off.
+    ({("agentic", "", "a"): 300, ("agentic", "", "b"): 100},
+     {("agentic", "a"): 0.6, ("agentic", "b"): 0.2, ("agentic", "c"): 0.2}, {("agentic", "a"), ("agentic", "c")}),
+    ({("agentic", "", "a"): 240, ("agentic", "", "b"): 82, ("agentic", "", "c"): 78},
+     {("agentic", "a"): 0.6, ("agentic", "b"): 0.2, ("agentic", "c"): 0.2}, set()),
+    # The chat rule draws c only: all c is exactly as asked.
+    ({("chat", "chat", "c"): 50}, {("chat", "c"): 1.0}, set()),
+])
+def test_the_audit_mix_asked_vs_obtained(draws: dict[tuple[str, str, str], int],
+                                          asked: dict[tuple[str, str], float], outside: set[tuple[str, str]]) -> None:
+    from collections import Counter
+
+    from client.audit.plan_mix import mix_finding, mix_rows
+    rows = mix_rows(Counter(draws), PLAN_JSON)
+    assert {(r["source"], r["setting"]): r["asked"] for r in rows} == asked
+    assert {(r["source"], r["setting"]) for r in rows if r["outside_chance"]} == outside
+    assert (mix_finding(rows) is not None) == bool(outside)
+    assert all(r["asked"] is None for r in mix_rows(Counter(draws), None))

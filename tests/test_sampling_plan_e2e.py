@@ -9,6 +9,7 @@ import collections
 import math
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from statistics import NormalDist
@@ -134,6 +135,20 @@ def test_every_record_is_its_draw_and_the_shares_are_the_plans(fleet: SimFleet, 
         for name, p in asked.items():
             n = len(group)
             assert abs(got[name] - n * p) <= z * math.sqrt(n * p * (1 - p)), (source, name, dict(got), asked)
+
+    # The audit shows the mix per source, asked (the plan in run.json) vs obtained, none outside chance.
+    audit = subprocess.run([sys.executable, "-m", "client.audit", str(out), "--json"], cwd=REPO, capture_output=True,
+                           check=False)
+    # (Exit 1 is the audit judging the simulated replies short, which is not this test's business.)
+    assert audit.returncode in (0, 1), audit.stderr[-2000:]
+    report = orjson.loads(audit.stdout)
+    rows = {(r["source"], r["setting"]): r for r in report["sampling_plan"]}
+    assert set(rows) == {(s, n) for s in SOURCES for n in plan.shares({"source": s})}
+    for (source, name), row in rows.items():
+        assert row["asked"] == plan.shares({"source": source})[name] and row["outside_chance"] is False
+        assert row["records"] == sum(r["meta"]["source"] == source and r["sampling"]["plan"]["setting"] == name
+                                     for r in records)
+    assert not [f for f in report["findings"] if "settings" in f["message"] or "plan" in f["message"]]
 
     # run.json keeps the plan; a resume with another plan is refused, and allowed when asked for.
     recorded = orjson.loads((out / RUN_FILE).read_bytes())["settings"]
