@@ -24,7 +24,16 @@ from client.core.records import Prompt
 from client.local.run_settings import RUN_FILE
 from client.run.cli import build_parser, settings_from
 from launch.sim.fleet import SimFleet, SimServerSpec
-from tests.conftest import REPO, client_command, read_results, read_whole_results, run_client, wait_for_records
+from tests.conftest import (
+    REPO,
+    client_command,
+    make_prompts,
+    read_results,
+    read_whole_results,
+    run_client,
+    wait_for_records,
+)
+from tests.servers.harness import ServerGroup
 
 PROMPTS = 360
 SEED = "11"
@@ -212,3 +221,21 @@ def test_a_bad_plan_exits_2_naming_file_and_key(files: tuple[Path, Path], tmp_pa
                          "--sampling-plan", str(bad)])
     assert result.code == 2
     assert f"--sampling-plan: {bad}: settings.chat-warm.top_p: must be a number in (0, 1], got 2" in result.stderr
+
+
+@pytest.mark.parametrize("mode", ["strict400", "strict422"])
+def test_a_server_that_refuses_a_plans_field_stops_the_preflight(mode: str, servers: ServerGroup,
+                                                                 tmp_path: Path) -> None:
+    """The preflight carries every field any setting sends (here one setting's `extra`), so a server that
+    refuses it stops the run at start, the field named, nothing dispatched."""
+    server = servers.oddserver(mode)
+    plan = tmp_path / "plan.toml"
+    plan.write_text("[settings.plain]\nweight = 9\n[settings.penalised]\nextra = { repetition_penalty = 1.05 }\n")
+    prompts = make_prompts(tmp_path / "p.jsonl", 6)
+    refused = run_client(["--endpoints", server.url, "--prompts", str(prompts), "--out", str(tmp_path / "out"),
+                          "--compat", "sglang", "--sampling-plan", str(plan)])
+    assert refused.code == 2, refused.stderr
+    assert "refused the run's request before any prompt was sent" in refused.stderr
+    assert "repetition_penalty" in refused.stderr.split("Refused field(s): ")[1].split(".")[0]
+    posts = [r["json"] for r in server.log_records() if r.get("method") == "POST"]
+    assert len(posts) == 1 and posts[0]["repetition_penalty"] == 1.05 and posts[0]["max_tokens"] == 1
