@@ -205,6 +205,7 @@ def test_without_a_plan_records_are_as_before() -> None:
      "enable_thinking (setting 'a', 'b')"),
     ("[settings.a]\nextra = { repetition_penalty = 1.1 }\n", FieldPolicy.standard(), "repetition_penalty"),
     ("[settings.a]\nmin_p = 0.1\n", FieldPolicy(frozenset({"top_k"})), "min_p (setting 'a')"),
+    ("[settings.a]\nextra = { repetition_penalty = 1.1 }\n", FieldPolicy(frozenset(), "mixed"), "repetition_penalty"),
 ])
 def test_a_field_the_run_does_not_send_is_refused(tmp_path: Path, text: str, policy: FieldPolicy, named: str) -> None:
     plan = plan_of(tmp_path, text)

@@ -108,7 +108,7 @@ def check_plan_fit(plan: SamplingPlan, policy: FieldPolicy) -> None:
             need = NEEDS_EXTENSION.get(name)
             if need is not None and not policy.allows(need):
                 wanted.setdefault(name, []).append(setting.name)
-        if policy.name == FieldPolicy.standard().name:
+        if not policy.extensions:  # standard fields only: --compat openai, or a fleet with another kind
             for name in sorted(setting.values.extra):
                 wanted.setdefault(name, []).append(setting.name)
     if wanted:
