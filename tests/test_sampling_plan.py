@@ -110,6 +110,7 @@ def test_the_digest_is_the_resolved_plan_not_its_layout(tmp_path: Path) -> None:
                 .replace("temperature = 1.0\n", "temperature = 1.0\nmax_tokens = 512\n")
                 .replace("top_p = 0.8\n", "top_p = 0.8\nmax_tokens = 512\n"))
     assert a.sha256 == b.sha256
+    assert plan_of(tmp_path, MIX.replace('name = "mix"', 'name = "renamed"')).sha256 == a.sha256, "names draw nothing"
     assert plan_of(tmp_path, MIX.replace("weight = 3", "weight = 2")).sha256 != a.sha256
     assert plan_of(tmp_path, MIX, SamplingSettings(min_p=0.1)).sha256 != a.sha256  # an inherited value
 

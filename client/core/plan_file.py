@@ -4,7 +4,7 @@ with every value checked. A mistake is a `PlanError` naming the file, the key an
 
 The file:
 
-    name = "914k"                        # optional; the file's stem by default
+    name = "914k"                        # optional ("plan" by default); records and run.json show it
     [defaults]                           # optional: values every setting starts from
     max_tokens = 8192
     [settings.think]                     # one table per setting; `weight` defaults to 1
@@ -196,7 +196,7 @@ def read_plan(text: str, base: SamplingSettings) -> SamplingPlan:
             raise PlanError(f"{text}: cannot be read: {exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise PlanError(f"{text}: not valid TOML: {exc}") from exc
-        return plan_from(document, base, source=text, name=path.stem)
+        return plan_from(document, base, source=text, name="plan")
     if "=" not in text:
         raise PlanError(f"{text}: no such file (and not the inline form, NAME = {{key = value, ...}}; ...)")
     lines = [f"settings.{part.strip()}" for part in text.split(";") if part.strip()]

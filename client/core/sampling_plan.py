@@ -116,8 +116,9 @@ class SamplingPlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {s.name: s for s in self.settings})
-        object.__setattr__(self, "sha256", hashlib.sha256(orjson.dumps(self.describe(),
-                                                                       option=orjson.OPT_SORT_KEYS)).hexdigest())
+        # The digest is of the values and rules only: a plan's name (or its file's) does not change any draw.
+        drawn = {key: value for key, value in self.describe().items() if key != "name"}
+        object.__setattr__(self, "sha256", hashlib.sha256(orjson.dumps(drawn, option=orjson.OPT_SORT_KEYS)).hexdigest())
 
     def setting(self, name: str) -> Setting:
         return self._by_name[name]
