@@ -23,6 +23,8 @@ import orjson
 import pytest
 
 from client.core.errors import ConfigError
+from client.core.payload import SamplingSettings
+from client.core.sampling_plan import single
 from client.fleet.startup import check_max_tokens
 from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimServerSpec
@@ -174,8 +176,10 @@ def test_reasoning_and_content_without_tools(thinking_run: Run, tiny_script: dic
         assert record["tool_calls"] == []
         assert "tools" not in record
         assert record["meta"] == {"kind": "plain"}
+        # Each request sends its own seed, drawn from --seed 11, the (default) plan and the id (docs/sampling.md).
+        seed = single(SamplingSettings(max_tokens=256, seed=11)).draw(11, name, record.get("meta")).seed
         sent = {"max_tokens": 256, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
-                "presence_penalty": 0.0, "seed": 11, "enable_thinking": True}
+                "presence_penalty": 0.0, "seed": seed, "enable_thinking": True}
         assert {key: record["sampling"].get(key) for key in sent} == sent
 
 

@@ -10,12 +10,13 @@ import pytest
 from client.core.payload import (
     EXTENSION_FIELDS,
     FieldPolicy,
+    RequestShape,
     SamplingSettings,
     build_payload,
     request_messages,
-    sampling_block,
 )
 from client.core.records import Prompt
+from client.core.sampling_plan import single
 from tests.conftest import WEATHER_TOOL
 
 USER = {"role": "user", "content": "Weather in Oslo?"}
@@ -106,7 +107,8 @@ def test_tools_and_seed_only_when_given(tools: list[dict[str, Any]] | None, seed
     if tools:
         assert payload["tools"] == tools
     if seed is not None:
-        assert payload["seed"] == seed
+        # Each request sends its own seed, drawn from the run's seed and the prompt's id (sampling_plan).
+        assert payload["seed"] == single(SamplingSettings(seed=seed)).draw(seed, prompt(USER).id, None).seed
 
 
 @pytest.mark.parametrize(("policy", "settings", "recorded_keys"), [
@@ -121,7 +123,7 @@ def test_tools_and_seed_only_when_given(tools: list[dict[str, Any]] | None, seed
 ], ids=["all", "openai", "all-with-seed-preserve", "openai-with-seed-preserve"])
 def test_the_recorded_block_is_what_was_sent(policy: FieldPolicy, settings: SamplingSettings,
                                               recorded_keys: set[str]) -> None:
-    recorded = sampling_block(settings, policy)
+    recorded = RequestShape("m", settings, policy).recorded(prompt(USER))
     assert set(recorded) == recorded_keys
     payload = build_payload(prompt(USER), [USER], settings, model="m", policy=policy)
     for key, value in recorded.items():

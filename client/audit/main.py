@@ -23,6 +23,7 @@ from argchecks.parser import ToolParser
 from client.audit import loops
 from client.audit.accept import render as render_accept
 from client.audit.findings import LOCAL_REDO_ADVICE, S3_REDO_ADVICE, Finding, Thresholds, judge, share
+from client.audit.plan_mix import mix_finding, mix_rows, recorded_plan
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, scan_results
 from client.core.errors import ConfigError, InputError
@@ -125,6 +126,8 @@ def render(data: dict[str, Any], console: Console) -> None:
     console.print(_summary_table(data))
     console.print(_endpoint_table(data))
     render_accept(data["accept_length"], console)
+    if data.get("sampling_plan"):
+        console.print(_plan_table(data["sampling_plan"]))
     _examples(data, console)
     for finding in data["findings"]:
         style = "red" if finding["level"] == "fail" else "yellow"
@@ -166,6 +169,19 @@ def _summary_table(data: dict[str, Any]) -> Table:
     table.add_row("models", ", ".join(f"{m} {c:,}" for m, c in data["models"].items()))
     if counts["with_diverged_field"]:
         table.add_row("diverged", f"{counts['diverged']:,} of {counts['with_diverged_field']:,}")
+    return table
+
+
+def _plan_table(rows: list[dict[str, Any]]) -> Table:
+    """The sampling plan's mix per meta.source: asked (the plan in run.json) vs obtained (the records)."""
+    table = Table(title="sampling plan: mix per meta.source, asked vs obtained", title_justify="left")
+    for column in ("source", "setting", "records", "obtained", "asked"):
+        table.add_column(column, justify="left" if column in ("source", "setting") else "right")
+    for row in rows:
+        asked = "?" if row["asked"] is None else f"{row['asked']:.1%}"
+        mark = " (outside chance)" if row["outside_chance"] else ""
+        table.add_row(row["source"], row["setting"], f"{row['records']:,} of {row['of']:,}",
+                      f"{row['obtained']:.1%}{mark}", asked)
     return table
 
 
@@ -266,7 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {getattr(exc, 'filename', None) or ''}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     findings = judge(scan, ids, report, limits)
+    plan_rows = mix_rows(scan.plan_draws, recorded_plan(args.results)) if scan.plan_draws else []
+    if (off_mix := mix_finding(plan_rows)) is not None:
+        findings.append(off_mix)
     data = summary(scan, ids, report, findings, limits)
+    data["sampling_plan"] = plan_rows
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     else:

@@ -91,6 +91,8 @@ class Scan:
     diverged: int = 0
     conversation_events: int = 0
     samplings: Counter[bytes] = field(default_factory=Counter)  # canonical sampling block -> records
+    # --sampling-plan: (meta.source, rule, setting drawn) -> records (client.audit.plan_mix)
+    plan_draws: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     accept: AcceptLengths = field(default_factory=AcceptLengths)  # MTP accept length, where records carry `spec`
     loops: Loops = field(default_factory=Loops)  # replies whose end repeats one block
     # id hash of the prompt a result answers -> the first 64 bits of the prompt_sha256 it recorded
@@ -162,7 +164,13 @@ class Scan:
 
     def _sampling(self, record: dict[str, Any], reasoning: str) -> None:
         sampling = record.get("sampling")
-        self.samplings[orjson.dumps(sampling, option=orjson.OPT_SORT_KEYS)] += 1
+        self.samplings[orjson.dumps(settings_key(sampling), option=orjson.OPT_SORT_KEYS)] += 1
+        plan = sampling.get("plan") if isinstance(sampling, dict) else None
+        if isinstance(plan, dict):
+            meta = record.get("meta")
+            source = meta.get("source") if isinstance(meta, dict) else None
+            self.plan_draws[(str(source) if source is not None else "(none)", str(plan.get("rule") or ""),
+                             str(plan.get("setting")))] += 1
         if isinstance(sampling, dict) and sampling.get("enable_thinking") is True:
             self.thinking_on += 1
             self.empty_reasoning += not reasoning.strip()
@@ -210,6 +218,17 @@ class Scan:
                 examples = self.bad_call_examples
             if len(examples) < EXAMPLES:
                 examples.append(f"{where}: {record['id']}: {problem[1]}")
+
+
+def settings_key(sampling: Any) -> Any:
+    """What makes two records' settings the same: each request's own `seed` is drawn per prompt, and under a
+    sampling plan the plan itself (its name and digest) is the setting, whatever each prompt drew."""
+    if not isinstance(sampling, dict):
+        return sampling
+    plan = sampling.get("plan")
+    if isinstance(plan, dict):
+        return {"plan": {"name": plan.get("name"), "sha256": plan.get("sha256")}}
+    return {key: value for key, value in sampling.items() if key != "seed"}
 
 
 def mixed_settings(mix: list[tuple[dict[str, Any], int]]) -> str:

@@ -14,26 +14,12 @@ for "ask this server for the exact token ids": which fields do that depends on t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from client.core.records import Prompt
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingSettings:
-    """Defaults follow Qwen3's recommended thinking-mode sampling."""
-
-    max_tokens: int = 8192
-    temperature: float = 0.6
-    top_p: float = 0.95
-    top_k: int | None = 20  # None: not sent
-    min_p: float | None = 0.0  # None: not sent
-    presence_penalty: float = 0.0
-    seed: int | None = None
-    enable_thinking: bool = True
-    preserve_thinking: bool = False  # keep earlier turns' reasoning in multi-turn history (Qwen3.6 template)
-
+from client.core.sampling_plan import Draw, SamplingPlan, single
+from client.core.sampling_plan import SamplingSettings as SamplingSettings
 
 EXTENSION_FIELDS = ("top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats")
 
@@ -64,22 +50,28 @@ def request_messages(prompt: Prompt) -> list[dict[str, Any]]:
     return messages
 
 
-# The sampling fields that ride at the payload's top level; enable_thinking and preserve_thinking go in
-# chat_template_kwargs. Both come from one `sampling_block`, so a record's `sampling` is what was sent.
-_TOP_LEVEL = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "seed")
+# The recorded sampling fields that do not ride at the payload's top level: they go in chat_template_kwargs.
+# Payload and record come from one `sampling_block`, so a record's `sampling` is what was sent.
+_NOT_TOP_LEVEL = frozenset({"enable_thinking", "preserve_thinking", "chat_template_kwargs", "plan"})
 
 
 def sampling_block(settings: SamplingSettings, policy: FieldPolicy) -> dict[str, Any]:
-    """The settings the policy lets out, as a ResultRecord's `sampling` records them."""
+    """The settings the policy lets out, as a ResultRecord's `sampling` records them. Other template
+    switches are kept under `chat_template_kwargs`; `extra` fields are top-level, as they are sent."""
     sent = {key: value for key, value in asdict(settings).items() if value is not None}
+    kwargs, extra = sent.pop("template_kwargs"), sent.pop("extra")
     for key in ("top_k", "min_p"):
         if not policy.allows(key):
             sent.pop(key, None)
     if not policy.allows("chat_template_kwargs"):
         sent.pop("enable_thinking", None)
         sent.pop("preserve_thinking", None)
-    elif not settings.preserve_thinking:
-        sent.pop("preserve_thinking", None)
+    else:
+        if not settings.preserve_thinking:
+            sent.pop("preserve_thinking", None)
+        if kwargs:
+            sent["chat_template_kwargs"] = kwargs
+    sent.update(extra)
     return sent
 
 
@@ -110,9 +102,10 @@ def build_payload(
 
 @dataclass(frozen=True)
 class RequestShape:
-    """What every request of a run carries, settled once at start: the model, the settings, the field policy
-    and each endpoint's token-id fields (by endpoint index). The payload and the recorded sampling both
-    derive from `sampling`."""
+    """What every request of a run carries, settled once at start: the model, the settings, the field policy,
+    each endpoint's token-id fields (by endpoint index) and the sampling plan (client.core.sampling_plan;
+    None: one setting, `settings`). Each prompt's sampling block is its draw from the plan through the
+    policy: the payload and the recorded sampling both derive from it."""
 
     model: str
     settings: SamplingSettings
@@ -121,20 +114,77 @@ class RequestShape:
     # Where each endpoint counts a prompt's tokens as it renders it (SGLang `/v1/tokenize`, vLLM `/tokenize`;
     # None where it cannot), for --train-window.
     count_paths: tuple[str | None, ...] = ()
-    sampling: dict[str, Any] = field(init=False, compare=False)
+    plan: SamplingPlan | None = None
+    sampling: dict[str, Any] = field(init=False, compare=False)  # `settings` through the policy (run.json)
+    _blocks: dict[str, dict[str, Any]] = field(init=False, compare=False, repr=False)
+    _named: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        # Records name the plan only when one was given: a run without one writes the records it always did.
+        object.__setattr__(self, "_named", self.plan is not None)
+        if self.plan is None:
+            object.__setattr__(self, "plan", single(self.settings))
         object.__setattr__(self, "sampling", sampling_block(self.settings, self.policy))
+        # Each setting's block without a seed: a request's own seed is drawn with its setting.
+        object.__setattr__(self, "_blocks", {s.name: sampling_block(replace(s.values, seed=None), self.policy)
+                                             for s in self.the_plan.settings})
+
+    @property
+    def the_plan(self) -> SamplingPlan:
+        assert self.plan is not None  # set in __post_init__
+        return self.plan
+
+    def draw(self, prompt: Prompt) -> Draw:
+        """The prompt's setting and seed: a function of the plan, --seed and its id (client.core.sampling_plan)."""
+        return self.the_plan.draw(self.settings.seed, prompt.id, prompt.meta)
+
+    def block(self, draw: Draw) -> dict[str, Any]:
+        """The sampling fields a request with this draw sends (a fresh dict)."""
+        block = dict(self._blocks[draw.setting.name])
+        if draw.seed is not None:
+            block["seed"] = draw.seed
+        return block
+
+    def recorded(self, prompt: Prompt) -> dict[str, Any]:
+        """The ResultRecord's `sampling`: what was sent, and (with --sampling-plan) under `plan` the plan, setting
+        and rule that chose it."""
+        draw = self.draw(prompt)
+        block = self.block(draw)
+        if self._named:
+            block["plan"] = draw.label(self.the_plan)
+        return block
+
+    def max_tokens(self, prompt: Prompt) -> int:
+        return self.draw(prompt).setting.values.max_tokens
+
+    def preserve_thinking(self, prompt: Prompt) -> bool:
+        return self.draw(prompt).setting.values.preserve_thinking
+
+    def union_block(self, prompt: Prompt) -> dict[str, Any]:
+        """Every field any setting sends (the first setting's value where they differ), for the preflight: a
+        server that refuses any of the plan's fields refuses at start."""
+        union = self.block(self.draw(prompt))
+        for block in self._blocks.values():
+            for key, value in block.items():
+                if key == "chat_template_kwargs":
+                    union[key] = {**value, **union.get(key, {})}
+                elif key == "preserve_thinking":
+                    union[key] = union.get(key) or value
+                else:
+                    union.setdefault(key, value)
+        return union
 
     def ids_for(self, endpoint: int) -> IdRequest:
         return self.ids[endpoint] if endpoint < len(self.ids) else _NO_IDS
 
-    def _template_kwargs(self) -> dict[str, bool] | None:
+    @staticmethod
+    def _template_kwargs(block: Mapping[str, Any]) -> dict[str, Any] | None:
         """`chat_template_kwargs` as the policy lets them out (None: not sent)."""
-        if "enable_thinking" not in self.sampling:
+        if "enable_thinking" not in block:
             return None
-        kwargs = {"enable_thinking": bool(self.sampling["enable_thinking"])}
-        if self.sampling.get("preserve_thinking"):
+        kwargs: dict[str, Any] = {**block.get("chat_template_kwargs", {}),
+                                  "enable_thinking": bool(block["enable_thinking"])}
+        if block.get("preserve_thinking"):
             kwargs["preserve_thinking"] = True
         return kwargs
 
@@ -148,16 +198,18 @@ class RequestShape:
         request: dict[str, Any] = {"model": self.model, "messages": messages}
         if prompt.tools:
             request["tools"] = prompt.tools
-        kwargs = self._template_kwargs()
+        kwargs = self._template_kwargs(self.block(self.draw(prompt)))
         if kwargs is not None:
             request["chat_template_kwargs"] = kwargs
         return request
 
     def payload(self, prompt: Prompt, messages: list[dict[str, Any]], endpoint: int,
-                max_tokens: int | None = None) -> dict[str, Any]:
+                max_tokens: int | None = None, sampling: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The request for `prompt` to the endpoint with index `endpoint`; `max_tokens` below the run's
-        (the training window's room) replaces it in this request only."""
-        sampling = self.sampling
+        (the training window's room) replaces it in this request only. `sampling`: these fields instead of
+        the prompt's draw (the preflight's union)."""
+        if sampling is None:
+            sampling = self.block(self.draw(prompt))
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -165,10 +217,11 @@ class RequestShape:
             "stream_options": ({"include_usage": True, "continuous_usage_stats": True}
                                if self.policy.allows("continuous_usage_stats") else {"include_usage": True}),
         }
-        payload.update((key, sampling[key]) for key in _TOP_LEVEL if key in sampling)
+        # Top-level: the standard and extension sampling fields, and a plan's `extra` fields (recorded flat).
+        payload.update((key, value) for key, value in sampling.items() if key not in _NOT_TOP_LEVEL)
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
-        kwargs = self._template_kwargs()
+        kwargs = self._template_kwargs(sampling)
         if kwargs is not None:
             # A top-level field when posting raw JSON (the SDK's extra_body puts it here too).
             payload["chat_template_kwargs"] = kwargs

@@ -18,8 +18,16 @@ from client.core.errors import AttemptError, ConfigError, RequestRejected
 from client.core.human_out import note
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
+from client.core.sampling_plan import SamplingPlan
 from client.fleet.kinds import kind_of
-from client.fleet.preflight import PreflightResult, check_settings_fit, detect_kind, field_policy, preflight
+from client.fleet.preflight import (
+    PreflightResult,
+    check_plan_fit,
+    check_settings_fit,
+    detect_kind,
+    field_policy,
+    preflight,
+)
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.local.prompt_files import prompt_lines
 from client.wire.endpoint import Endpoint
@@ -100,7 +108,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
                         prompt_paths: Sequence[Path],
                         before_preflight: Callable[[RequestShape], Awaitable[None]] | None = None,
                         token_ids: str = "auto", note: Callable[[str], None] = say,
-                        train_window: int | None = None, counts_locally: bool = False) -> RequestShape:
+                        train_window: int | None = None, counts_locally: bool = False,
+                        plan: SamplingPlan | None = None) -> RequestShape:
     """Kinds -> policy -> (--token-ids) each endpoint's id path -> preflight; the settled RequestShape.
     Raises ConfigError (exit 2) on a refusal, before any prompt is sent. `before_preflight` sees the shape
     before any request is sent (the run's settings check)."""
@@ -111,10 +120,11 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
     policy = ids_policy(policy, token_ids, {url: effective[url].name for url in kinds})
     shape = RequestShape(model, settings, policy,
                          tuple(id_request(e.url, effective[e.url], token_ids, policy) for e in endpoints),
-                         tuple(effective[e.url].count_path for e in endpoints))
+                         tuple(effective[e.url].count_path for e in endpoints), plan)
     if train_window is not None and not counts_locally:
         _check_counting(endpoints, shape, train_window)
     check_settings_fit(settings, policy)
+    check_plan_fit(shape.the_plan, policy)
     census = ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(kinds.values()).items()))
     extensions = ", ".join(sorted(policy.extensions)) or "none"
     note(f"servers: {census or 'none answering yet'}; --compat {compat}: extension fields sent: {extensions}")
@@ -128,7 +138,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
                    meta=None, source="preflight", line=0)
 
     def build(endpoint: Endpoint) -> dict[str, Any]:
-        return shape.payload(probe, probe.messages, endpoint.index)
+        # Every field any of the plan's settings sends, so a server that refuses one refuses now.
+        return shape.payload(probe, probe.messages, endpoint.index, sampling=shape.union_block(probe))
 
     results = await preflight(answering, build, kinds, policy, require_ids=token_ids == "on")
     if train_window is not None:

@@ -181,7 +181,7 @@ class Generator:
             raise FillsWindow(f"the prompt alone is {counted} tokens on {endpoint.url}, the training window "
                               f"--train-window {size}: the trainer would keep none of the reply, so it is not sent",
                               size)
-        return WindowCut(size, counted, min(room, self.shape.settings.max_tokens))
+        return WindowCut(size, counted, min(room, self.shape.max_tokens(prompt)))
 
     async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
                        window: list[WindowCut]) -> tuple[Completion, float | None]:
@@ -190,7 +190,7 @@ class Generator:
             try:
                 if self.train_window is not None and not window:
                     window.append(await self._window(endpoint, prompt, messages, self.train_window))
-                max_tokens = window[0].max_tokens if window else self.shape.settings.max_tokens
+                max_tokens = window[0].max_tokens if window else self.shape.max_tokens(prompt)
                 body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index,
                                                        max_tokens if window else None))
                 # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from client.core.payload import RequestShape, SamplingSettings
+from client.core.sampling_plan import SamplingPlan
 from client.engine.fields import settle_fields
 from client.fleet.dispatcher import Dispatcher, DispatchSettings, Health
 from client.fleet.options import FleetConfig
@@ -51,6 +52,7 @@ async def open_fleet(
     check_shape: Callable[[RequestShape], Awaitable[None]] | None = None,
     train_window: int | None = None,
     counts_locally: bool = False,
+    plan: SamplingPlan | None = None,
 ) -> AsyncIterator[Fleet]:
     """ConfigError (exit 2) for anything that makes the fleet unusable, before any prompt is sent."""
     endpoints: list[Endpoint] = []
@@ -65,12 +67,13 @@ async def open_fleet(
             dispatcher.starting(endpoint, readiness.ready, readiness.reason)
         answering = [e for e in endpoints if dispatcher.health(e) is Health.UP]
         model = await resolve_model(endpoints, cfg.model, max(cfg.wait_ready, _MODEL_WAIT_S), note=note)
-        await check_max_tokens(endpoints, model, settings.max_tokens)
+        await check_max_tokens(endpoints, model, max(s.values.max_tokens for s in plan.settings) if plan
+                               else settings.max_tokens)
 
         shape = await settle_fields(endpoints, answering, settings, model=model, compat=cfg.compat,
                                     prompt_paths=prompt_paths, before_preflight=check_shape,
                                     token_ids=cfg.token_ids, note=note, train_window=train_window,
-                                    counts_locally=counts_locally)
+                                    counts_locally=counts_locally, plan=plan)
         for endpoint in endpoints:
             endpoint.count_from_here()  # the preflight's one-token replies are not the run's work
         yield Fleet(endpoints, dispatcher, shape)

@@ -218,11 +218,11 @@ class Swarm:
         except GenerationFailed as failed:
             self._write_failure(prompt.id, failed)
             return
-        self._write(result_record(prompt.id, prompt, messages, generation, sampling=self.fleet.shape.sampling,
+        self._write(result_record(prompt.id, prompt, messages, generation, sampling=self.fleet.shape.recorded(prompt),
                                   model=self.fleet.model), generation)
 
     async def _conversation(self, prompt: Prompt) -> None:
-        preserve = self.fleet.shape.settings.preserve_thinking
+        preserve = self.fleet.shape.preserve_thinking(prompt)
         conversation = Conversation(prompt.id, prompt.messages, preserve_thinking=preserve)
         if self.ledger.is_finished(prompt.id):
             return
@@ -242,7 +242,7 @@ class Swarm:
             ended = conversation.advance(messages, generation.completion)
             cut_short = ended is not None and conversation.cut_short
             record = result_record(event_id(prompt.id, turn, last=conversation.finished), prompt, messages,
-                                   generation, sampling=self.fleet.shape.sampling, model=self.fleet.model,
+                                   generation, sampling=self.fleet.shape.recorded(prompt), model=self.fleet.model,
                                    conversation=(prompt.id, turn), diverged=None if cut_short else ended,
                                    ended_early=ended if cut_short else None)
             self._write(record, generation)

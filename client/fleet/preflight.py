@@ -19,6 +19,7 @@ import orjson
 
 from client.core.errors import AttemptError, ConfigError, MissingTokenIds, RequestRejected
 from client.core.payload import FieldPolicy, SamplingSettings
+from client.core.sampling_plan import NEEDS_EXTENSION, SamplingPlan
 from client.fleet import kinds as registry
 from client.fleet.kinds import KNOWN, OTHER, kind_of
 from client.fleet.token_ids import no_ids_refusal
@@ -95,6 +96,28 @@ def check_settings_fit(settings: SamplingSettings, policy: FieldPolicy) -> None:
             f"{' and '.join(wanted)} need chat_template_kwargs, which this run does not send (field set: "
             f"{policy.name}; standard OpenAI fields only). If the servers take it, pass --compat sglang or "
             "--compat vllm; otherwise leave the option out (the model's own default then applies).")
+
+
+def check_plan_fit(plan: SamplingPlan, policy: FieldPolicy) -> None:
+    """A field a sampling plan names that the run's field set does not send is refused at start, named with
+    its setting and the plan's source, never silently dropped. `extra` fields go only to a known engine: a
+    server of another kind may ignore a field it does not know, so its record would claim what it did not do."""
+    wanted: dict[str, list[str]] = {}
+    for setting in plan.settings:
+        for name in sorted(setting.named):
+            need = NEEDS_EXTENSION.get(name)
+            if need is not None and not policy.allows(need):
+                wanted.setdefault(name, []).append(setting.name)
+        if not policy.extensions:  # standard fields only: --compat openai, or a fleet with another kind
+            for name in sorted(setting.values.extra):
+                wanted.setdefault(name, []).append(setting.name)
+    if wanted:
+        named = "; ".join(f"{name} (setting {', '.join(repr(s) for s in settings)})"
+                          for name, settings in wanted.items())
+        raise ConfigError(
+            f"the sampling plan {plan.source} asks for {named}, which this run does not send (field set: "
+            f"{policy.name}). Nothing was sent. If the servers take it, pass --compat sglang or --compat vllm; "
+            "otherwise take the field out of the plan.")
 
 
 def refused_fields(message: str, sent: Sequence[str]) -> list[str]:

@@ -85,11 +85,15 @@ def sync_refusal(out: Path, recorded: SyncTarget | None, s3: str | None) -> str 
 
 
 def shaping_settings(*, model: str, sampling: Mapping[str, Any], thinking: bool, turns: str,
-                     fields: Iterable[str], loop_stop: bool = False, train_window: int | None = None) -> dict[str, Any]:
+                     fields: Iterable[str], loop_stop: bool = False, train_window: int | None = None,
+                     plan: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The settings compared between runs, in run.json's shape. `loop_stop` and `train_window` are recorded
-    only when on, so a run.json written before they existed reads as a run without them."""
-    settings = {"model": model, "sampling": dict(sampling), "thinking": thinking, "turns": turns,
-                "fields": sorted(fields)}
+    only when on, so a run.json written before they existed reads as a run without them. A sampling plan
+    (`plan`: its description, digest and seed) takes the place of `sampling` and `thinking`, which then
+    differ by prompt; a run without one records them as before."""
+    settings: dict[str, Any] = ({"model": model, "sampling_plan": dict(plan)} if plan is not None else
+                                {"model": model, "sampling": dict(sampling), "thinking": thinking})
+    settings.update({"turns": turns, "fields": sorted(fields)})
     if loop_stop:
         settings["loop_stop"] = True
     if train_window is not None:

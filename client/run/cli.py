@@ -32,6 +32,8 @@ from client.core.options import (
     simulated_servers,
 )
 from client.core.payload import SamplingSettings
+from client.core.plan_file import PlanError, read_plan
+from client.core.sampling_plan import CARD
 from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES
 from client.fleet.startup import parse_endpoints
@@ -171,20 +173,34 @@ def build_parser() -> argparse.ArgumentParser:
                       help="segments larger than this go up as multipart uploads of parts this size "
                            "(at least 5; default: %(default)s)")
 
-    sampling = parser.add_argument_group("sampling (defaults: Qwen3 thinking mode)")
+    sampling = parser.add_argument_group("sampling (defaults: Qwen3's model card for the thinking mode)")
     defaults = SamplingSettings()
     sampling.add_argument("--max-tokens", type=positive_int, default=defaults.max_tokens, metavar="N",
                           help="cap on reasoning + answer tokens (default: %(default)s)")
-    sampling.add_argument("--temperature", type=non_negative_float, default=defaults.temperature,
-                          help="(default: %(default)s)")
-    sampling.add_argument("--top-p", type=_top_p, default=defaults.top_p, help="in (0, 1] (default: %(default)s)")
+    sampling.add_argument("--temperature", type=non_negative_float,
+                          help=f"(default: {CARD[True]['temperature']}, or {CARD[False]['temperature']} with "
+                               "--no-thinking: Qwen3's card)")
+    sampling.add_argument("--top-p", type=_top_p, help=f"in (0, 1] (default: {CARD[True]['top_p']}, or "
+                                                       f"{CARD[False]['top_p']} with --no-thinking)")
     sampling.add_argument("--top-k", type=_optional(positive_int), default=defaults.top_k, metavar="N|none",
                           help="an extension field (SGLang, vLLM); none: do not send it (default: %(default)s)")
     sampling.add_argument("--min-p", type=_optional(float_in(0, 1)), default=defaults.min_p, metavar="P|none",
                           help="an extension field (SGLang, vLLM); none: do not send it (default: %(default)s)")
     sampling.add_argument("--presence-penalty", type=float_in(-2, 2), default=defaults.presence_penalty,
                           help="in [-2, 2] (default: %(default)s)")
-    sampling.add_argument("--seed", type=seed_number, help="sampling seed sent with every request")
+    sampling.add_argument("--seed", type=seed_number,
+                          help="the run's sampling seed: each request sends its own seed, drawn from this one, the "
+                               "sampling plan and the prompt's id (the same on a resume, another host or shard); "
+                               "without it no seed is sent")
+    sampling.add_argument("--sampling-plan", metavar="FILE|INLINE",
+                          help="per prompt, a draw over named settings (temperature, top_p, top_k, min_p, "
+                               "presence_penalty, max_tokens, enable_thinking, preserve_thinking, other "
+                               "chat_template_kwargs and extra fields) with weights and rules by a prompt's meta "
+                               "(e.g. meta.source): a TOML file, or inline 'NAME = {temperature = 0.6, weight = "
+                               "3}; ...'. Values a setting does not give come from the options above. Each "
+                               "prompt's draw depends only on the plan, --seed and its id; records name the "
+                               "setting and rule (docs/sampling.md). Default: one setting, Qwen3's card "
+                               "(qwen3-card: thinking, or no-thinking with --no-thinking)")
     sampling.add_argument("--no-thinking", action="store_true",
                           help="send chat_template_kwargs.enable_thinking=false (thinking is on by default)")
     sampling.add_argument("--compat", choices=COMPAT_CHOICES, default="auto",
@@ -285,8 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> SamplingSettings:
+    """The command line's sampling values: Qwen3's card for the thinking mode where an option is not given."""
+    card = CARD[not args.no_thinking]
     return SamplingSettings(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        temperature=card["temperature"] if args.temperature is None else args.temperature,
+        top_p=card["top_p"] if args.top_p is None else args.top_p, top_k=args.top_k,
         min_p=args.min_p, presence_penalty=args.presence_penalty, seed=args.seed,
         enable_thinking=not args.no_thinking, preserve_thinking=args.preserve_thinking,
     )
@@ -332,8 +352,13 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
     view = ViewConfig(plain=args.plain, progress_every=args.progress_every, estimate=args.estimate, gpus=args.gpus,
                       metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                       metrics_linger=args.metrics_linger)
+    sampling = settings_from(args)
+    try:
+        plan = read_plan(args.sampling_plan, sampling) if args.sampling_plan is not None else None
+    except PlanError as exc:
+        parser.error(f"--sampling-plan: {exc}")
     return RunConfig(
-        fleet=fleet, sampling=settings_from(args), prompts=tuple(Path(p) for p in args.prompts), out=Path(args.out),
+        fleet=fleet, sampling=sampling, plan=plan, prompts=tuple(Path(p) for p in args.prompts), out=Path(args.out),
         view=view, s3=s3, simulate=simulate, turns=args.turns, strict=args.strict, show_problems=args.show_problems,
         allow_settings_change=args.allow_settings_change, retry_too_long=args.retry_too_long,
         redo_edited=args.redo_edited, redo_repetition=args.redo_repetition, shard=args.shard,

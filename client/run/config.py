@@ -9,6 +9,7 @@ from pathlib import Path
 
 from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_RETRY_AFTER_S, DEFAULT_SEGMENT_AGE_S
 from client.core.payload import SamplingSettings
+from client.core.sampling_plan import SamplingPlan
 from client.engine.conversation import Turns
 from client.fleet.options import FleetConfig
 
@@ -51,7 +52,7 @@ class ViewConfig:
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     fleet: FleetConfig  # urls empty under --simulate until its servers are up
-    sampling: SamplingSettings
+    sampling: SamplingSettings  # the command line's values; a plan's settings start from them
     prompts: tuple[Path, ...]
     out: Path
     view: ViewConfig
@@ -74,6 +75,7 @@ class RunConfig:
     grace: float = 30.0
     loop_stop: bool = True
     train_window: int | None = None
+    plan: SamplingPlan | None = None  # --sampling-plan; None: one setting, `sampling`
     tokenizer: Path | None = None  # --tokenizer: count prompts here for servers that cannot
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 from client.core.errors import ConfigError, InputError, RequestRejected
 from client.core.payload import RequestShape
 from client.core.records import Prompt
+from client.core.sampling_plan import SamplingPlan, plan_line, single
 from client.core.stats import RunStats, StatsSnapshot
 from client.engine.rate import RequestRate
 from client.engine.retry import LocalCount
@@ -48,8 +49,9 @@ from client.s3.uploader import SegmentUploader, SyncReport
 Companion = Callable[[], Coroutine[Any, Any, None]]
 
 
-def local_counter(tokenizer: Path, enable_thinking: bool) -> LocalCount:
-    """--tokenizer DIR: count a prompt as its chat request renders, with the model's template and tokenizer."""
+def local_counter(tokenizer: Path, plan: SamplingPlan, seed: int | None) -> LocalCount:
+    """--tokenizer DIR: count a prompt as its chat request renders, with the model's template and tokenizer,
+    and thinking as the prompt's draw from the sampling plan has it."""
     try:
         from client.local.chat_template import ChatTokenizer, prompt_count
     except ImportError as exc:
@@ -59,13 +61,15 @@ def local_counter(tokenizer: Path, enable_thinking: bool) -> LocalCount:
 
     tok = ChatTokenizer.load(tokenizer)
     try:
-        prompt_count(tok, [{"role": "user", "content": "hi"}], None, enable_thinking=enable_thinking)
+        prompt_count(tok, [{"role": "user", "content": "hi"}], None,
+                     enable_thinking=plan.settings[0].values.enable_thinking)
     except RenderError as exc:
         raise ConfigError(f"--tokenizer {tokenizer}: {exc}") from exc
 
     def count(prompt: Prompt, messages: list[dict[str, Any]]) -> int:
         try:
-            return prompt_count(tok, messages, prompt.tools, enable_thinking=enable_thinking)
+            thinking = plan.draw(seed, prompt.id, prompt.meta).setting.values.enable_thinking
+            return prompt_count(tok, messages, prompt.tools, enable_thinking=thinking)
         except RenderError as exc:  # this prompt only: a failed prompt, not a stopped run
             raise RequestRejected(f"--tokenizer could not render this prompt to count it: {exc}", 0) from exc
 
@@ -121,7 +125,8 @@ class Run:
         self.run_id = new_run_id()
         self.stats = RunStats(gpus=cfg.view.gpus, max_tokens=cfg.sampling.max_tokens, expected_tokens_per_prompt=(
             expected_tokens_per_prompt(cfg.view.estimate) if cfg.view.estimate else None))
-        self._local_count = local_counter(cfg.tokenizer, cfg.sampling.enable_thinking) if cfg.tokenizer else None
+        self._local_count = (local_counter(cfg.tokenizer, cfg.plan or single(cfg.sampling), cfg.sampling.seed)
+                             if cfg.tokenizer else None)
 
     # -- prepare ---------------------------------------------------------------------------------------
 
@@ -153,22 +158,24 @@ class Run:
                             delete_uploaded=cfg.s3 is not None and cfg.s3.delete_uploaded)
 
         async def check_shape(shape: RequestShape) -> None:
+            plan = None if cfg.plan is None else {**cfg.plan.describe(), "sha256": cfg.plan.sha256,
+                                                  "seed": cfg.sampling.seed}
             await gate.check(shaping_settings(model=shape.model, sampling=shape.sampling,
                                               thinking=shape.settings.enable_thinking, turns=cfg.turns,
                                               fields=shape.policy.extensions, loop_stop=cfg.loop_stop,
-                                              train_window=cfg.train_window))
+                                              train_window=cfg.train_window, plan=plan))
 
         fleet = await stack.enter_async_context(
             open_fleet(cfg.fleet, cfg.sampling, prompt_paths=paths, note=say, check_shape=check_shape,
-                       train_window=cfg.train_window, counts_locally=self._local_count is not None))
+                       train_window=cfg.train_window, counts_locally=self._local_count is not None,
+                       plan=cfg.plan))
         self.stats.track(len(fleet.endpoints))
         await gate.record(paths)
         await check_edited(gate.changed_prompt_files, paths, cfg.out, done_ids, redo=cfg.redo_edited, ledger=ledger)
         if cfg.redo_repetition:
             await redo_stopped(cfg.out, done_ids, ledger=ledger)
         await register_s3(uploader)  # only now: a start refused above has left S3 as it found it
-        say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); thinking "
-            f"{'on' if cfg.sampling.enable_thinking else 'off'}, max_tokens {cfg.sampling.max_tokens}, "
+        say(f"model {fleet.model} on {len(fleet.endpoints)} endpoint(s); {plan_line(fleet.shape.the_plan)}, "
             f"turns {cfg.turns}")
 
         source = PromptSource(paths, skip_ids, strict=cfg.strict, shard=shard, on_problem=self._problem_shower(),
