@@ -56,7 +56,8 @@ ENGINE_FIXTURES = {
     "vllm": {"vllm_venv_python", "tiny_model_dirs", "tiny_script", "vllm_server_factory", "vllm_scripted",
              "vllm_random"},
     "sglang": {"sglang_parser"},
-    "sglang_server": {"sglang_venv_python", "sglang_model_dirs", "sglang_script", "sglang_pair", "sglang_scripted"},
+    "sglang_server": {"sglang_venv_python", "sglang_model_dirs", "sglang_script", "sglang_pair", "sglang_scripted",
+                      "sglang_random"},
     "slurm": {"slurm_cluster"},  # tests/test_slurm.py
     "trainers": {"specforge_venv", "speculators_venv"},  # tests/engines/conftest_trainers.py
 }

@@ -69,7 +69,7 @@ OPTION_CASES: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
     ("run", RUN, ("--progress-every", "0"), "argument --progress-every: must be above 0, got 0"),
     ("run", RUN, ("--sim-speed", "0"), "argument --sim-speed: must be above 0, got 0"),
     ("run", RUN, ("--sim-max-running", "0"), "argument --sim-max-running: must be at least 1, got 0"),
-    ("run", RUN, ("--simulate", "0"), "argument --simulate: must be at least 1, got 0"),
+    ("run", RUN, ("--simulate", "0"), "argument --simulate: must be a number of simulated servers from 1 to 64"),
     ("run", RUN_EP, ("--simulate", "1"), "give exactly one of --endpoints or --simulate N"),
     ("run", RUN_EP, ("--sim-arg=--fail-500",), "--sim-arg is passed to the simulated servers: it needs --simulate N"),
     ("run", RUN, ("--s3-gzip",), "need --s3 s3://BUCKET/PREFIX"),

@@ -46,6 +46,13 @@ class Timings(TypedDict):
     total_s: float
 
 
+class ContinuedPart(TypedDict):
+    """One attempt's share of a continued reply: `tokens` completion ids made by attempt number `attempt`."""
+
+    attempt: int
+    tokens: int
+
+
 class ResultRecord(TypedDict):
     id: str
     messages: list[dict[str, Any]]
@@ -64,6 +71,7 @@ class ResultRecord(TypedDict):
     timings: Timings
     attempts: int
     created: float
+    continued: NotRequired[list[ContinuedPart]]  # a reply continued after a broken attempt
     conversation_id: NotRequired[str]
     turn: NotRequired[int]
     diverged: NotRequired[str]

@@ -39,6 +39,7 @@ from client.wire.bounds import Bounds, mib
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.errors_map import DOCUMENT, Step, mapped
 from client.wire.models import ModelCatalog, parse_models
+from client.wire.native import GENERATE_PATH, Generated, parse_generated
 from client.wire.sse import StreamParser
 from client.wire.transport import GET_BODY_LIMIT, StreamingTransport, StreamResponse
 from client.wire.urls import ServerURL
@@ -184,6 +185,29 @@ class Endpoint:
             # A rendered chat prompt has tokens; a count below one would make the window's room a lie.
             raise ProtocolError(f"{self.url}{path} answered an impossible token count, {count}")
         return count
+
+    async def generate(self, body: bytes, max_new_tokens: int) -> Generated:
+        """POST one SGLang `/generate` (client.wire.native) and return its answer. It is bounded as a stream
+        of `max_new_tokens` is: a total deadline and the stream's byte cap. AttemptError for every failure."""
+        pieces: list[bytes] = []
+        size = 0
+        cap = self.bounds.stream_bytes
+
+        def keep(data: bytes) -> bool:
+            nonlocal size
+            size += len(data)
+            if size > cap:
+                raise OversizedResponse(f"{self.url}{GENERATE_PATH} answered over {mib(cap)}, the client's cap")
+            pieces.append(data)
+            return False  # nothing streams before the whole answer: the idle timer is the deadline's
+
+        deadline_s = self.bounds.stream_deadline(token_limit(max_new_tokens), self.idle_timeout) or self.idle_timeout
+        response = await self._post(GENERATE_PATH, body, keep, idle_timeout=deadline_s, deadline_s=deadline_s)
+        if response.status != 200:
+            raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+        generated = parse_generated(b"".join(pieces), self.url)
+        self.wire.streamed_tokens += generated.completion_tokens
+        return generated
 
     async def stream_chat(self, body: bytes, max_tokens: int | None = None, *,
                           stop_loops: bool = False) -> tuple[Completion, float | None]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from launch.sim import status, tokenize, wire
+from launch.sim import generate, status, tokenize, wire
 from launch.sim.config import STOP_TOKEN_ID, SimConfig
 from launch.sim.engine import Engine, EngineRequest
 from launch.sim.faults import Fault, FaultInjector, FaultKind
@@ -39,6 +39,10 @@ class SimState:
         self.engine = Engine(config)
         self.faults = FaultInjector(config.faults, config.effective_fault_seed)
         self.tokenizer = SimTokenizer(Path(config.tokenizer)) if config.tokenizer else None
+        # /generate (launch.sim.generate): the replies given, so a continuation goes on as the reply did.
+        self.book = generate.ReplyBook()
+        self.markov = (generate.Markov(self.tokenizer, config.seed, config.mean_tokens)
+                       if self.tokenizer is not None else None)
         self.started = time.monotonic()
 
     @property
@@ -182,6 +186,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return json_response(wire.error_body("Too many requests: simulated overload", "TooManyRequests", 429), 429,
                      headers={"Retry-After": retry})
 
+    if plan.prompt_ids is not None and plan.output_ids is not None:
+        st.book.add(plan.prompt_ids, plan.output_ids, plan.stop_id is not None)
     ereq = st.engine.submit(plan.target, plan.script.prompt_tokens)
     call = _Call(request, st.config, plan, fault, ereq)
     try:
@@ -304,6 +310,19 @@ class _Call:
         return json_response(body)
 
 
+async def native_generate(request: web.Request) -> web.StreamResponse:
+    st = request.app[STATE]
+    if not st.ready:
+        return error(503, "The server is still starting up.", "ServiceUnavailable")
+    fault = st.faults.draw()
+    if fault.kind is FaultKind.FAIL_500:
+        return error(500, "Internal server error: simulated failure", "InternalServerError")
+    if fault.kind is FaultKind.FAIL_429:
+        return json_response(wire.error_body("Too many requests: simulated overload", "TooManyRequests", 429), 429,
+                             headers={"Retry-After": str(st.config.faults.retry_after)})
+    return await generate.serve(request, st.tokenizer, st.engine, st.book, st.markov, st.config.seed, fault)
+
+
 async def health(request: web.Request) -> web.Response:
     return web.Response(status=200 if request.app[STATE].ready else 503)
 
@@ -363,6 +382,7 @@ def build_app(config: SimConfig) -> web.Application:
     app.on_cleanup.append(_stop_engine)
     r = app.router
     r.add_post("/v1/chat/completions", chat_completions)
+    r.add_post("/generate", native_generate)
     for path in tokenize.PATHS:
         r.add_post(path, tokenize.handler(app[STATE]))
     r.add_get("/health", health)

@@ -11,6 +11,8 @@ Fixtures (session-scoped; a server starts once, on first use, and is stopped at 
 - ``sglang_pair``: two running servers of the scripted model, started together (balancing tests need
   two; every other test takes ``sglang_pair[0]``).
 - ``sglang_scripted``: ``sglang_pair[0]``.
+- ``sglang_random``: one server of the random-weights model, whose greedy replies are not scripted (the
+  continuation tests: a reply cut and continued on `/generate` must equal the whole one, id for id).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from .vllm_server import REPO_ROOT, VLLMServerError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["sglang_model_dirs", "sglang_pair", "sglang_script", "sglang_scripted", "sglang_venv_python"]
+__all__ = ["sglang_model_dirs", "sglang_pair", "sglang_random", "sglang_script", "sglang_scripted",
+           "sglang_venv_python"]
 
 LOG_DIR = REPO_ROOT / ".cache" / "sglang-logs"
 
@@ -94,3 +97,22 @@ def sglang_pair(sglang_venv_python: Path, sglang_model_dirs: dict[str, Path]) ->
 @pytest.fixture(scope="session")
 def sglang_scripted(sglang_pair: list[SGLangServer]) -> SGLangServer:
     return sglang_pair[0]
+
+
+@pytest.fixture(scope="session")
+def sglang_random(sglang_venv_python: Path, sglang_model_dirs: dict[str, Path]) -> Iterator[SGLangServer]:
+    name = MODEL_NAMES["random"]
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    server = SGLangServer(sglang_model_dirs["random"], name, python=sglang_venv_python,
+                          log_path=LOG_DIR / f"{name}.log")
+    server.log_path.unlink(missing_ok=True)
+    try:
+        server.spawn()
+        server.wait_ready()
+    except VLLMServerError as exc:  # wait_ready raises the base class
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()

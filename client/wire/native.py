@@ -1,0 +1,78 @@
+"""SGLang's native `/generate`, as the client sends and reads it: token ids in, token ids out.
+
+The continuation of a broken reply (client.engine.continuation) posts the prompt's ids plus the partial
+reply's exact ids as `input_ids`, with the run's sampling as SGLang's `sampling_params` and the budget left
+as `max_new_tokens`. Given those ids, generating the rest has the same distribution as one uninterrupted
+reply (at temperature 0 the same ids: tests/test_sglang_generate.py holds real SGLang 0.5.23 to it).
+
+The request is not streamed: SGLang's default `/generate` stream sends every id so far in every event (its
+`--incremental-streaming-output` sends only the new ones), which would cost the client quadratic bytes on a
+long reply; one JSON answer costs the reply's ids once. Shapes (SGLang 0.5.23 `http_server.py`
+`generate_request`, `tokenizer_manager.py`, `sampling_params.py`): `{"text", "output_ids", "meta_info":
+{"finish_reason": {"type": "stop", "matched": ID} | {"type": "length", "length": N}, "prompt_tokens",
+"completion_tokens", ...}}`; a refusal is HTTP 400 `{"error": ...}`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from client.core.errors import ProtocolError
+from client.core.payload import SamplingSettings
+
+GENERATE_PATH = "/generate"
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    """One `/generate` answer: the new ids and their text, and why it ended."""
+
+    output_ids: list[int]
+    text: str
+    finish_reason: str  # "stop" or "length" (SGLang's finish_reason type; "abort" is an error)
+    matched: int | None  # the stop id that ended it
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def sampling_params(settings: SamplingSettings, max_new_tokens: int) -> dict[str, Any]:
+    """The run's sampling under SGLang's names: the same draw as the chat request's (`seed` is
+    `sampling_seed`; thinking is already in the prompt's ids, so it has no field here)."""
+    params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": settings.temperature,
+                              "top_p": settings.top_p, "presence_penalty": settings.presence_penalty}
+    if settings.top_k is not None:
+        params["top_k"] = settings.top_k
+    if settings.min_p is not None:
+        params["min_p"] = settings.min_p
+    if settings.seed is not None:
+        params["sampling_seed"] = settings.seed
+    return params
+
+
+def generate_body(input_ids: list[int], params: dict[str, Any]) -> bytes:
+    return orjson.dumps({"input_ids": input_ids, "sampling_params": params, "stream": False})
+
+
+def parse_generated(raw: bytes, where: str) -> Generated:
+    """The answer's fields; ProtocolError naming `where` when it is not SGLang's shape."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProtocolError(f"{where} answered /generate with something other than JSON: {raw[:200]!r}") from None
+    meta = doc.get("meta_info") if isinstance(doc, dict) else None
+    ids = doc.get("output_ids") if isinstance(doc, dict) else None
+    finish = meta.get("finish_reason") if isinstance(meta, dict) else None
+    if not isinstance(ids, list) or not isinstance(finish, dict) or not all(type(i) is int for i in ids):
+        raise ProtocolError(f"{where} answered /generate without output_ids and a finish_reason: {raw[:200]!r}")
+    kind = finish.get("type")
+    if kind not in ("stop", "length"):
+        raise ProtocolError(f"{where} ended the /generate request with {finish!r}")
+    matched = finish.get("matched")
+    assert isinstance(meta, dict)
+    text = doc.get("text")
+    return Generated(ids, text if isinstance(text, str) else "", str(kind),
+                     matched if type(matched) is int else None,
+                     int(meta.get("prompt_tokens") or 0), int(meta.get("completion_tokens") or len(ids)))
