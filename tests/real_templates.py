@@ -42,3 +42,19 @@ def template_path(name: str) -> Path:
 
 def template_text(name: str) -> str:
     return template_path(name).read_text(encoding="utf-8")
+
+
+def tokenizer_dir(name: str, dest: Path) -> Path:
+    """A model directory that serves the real template `name`: the tests' tiny Qwen-style tokenizer
+    (tests/tokenizer_fixture.py; a byte-level BPE, so it encodes any text the template writes) with the
+    template as its chat_template.jinja, which wins over tokenizer_config.json's, as in Hugging Face's
+    loaders and SGLang's."""
+    import shutil
+
+    from tests.tokenizer_fixture import tiny_tokenizer_dir
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_tokenizer_dir() / file, dest / file)
+    (dest / "chat_template.jinja").write_text(template_text(name), encoding="utf-8")
+    return dest

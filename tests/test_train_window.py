@@ -158,7 +158,7 @@ def test_a_server_that_cannot_count_is_counted_here_with_the_tokenizer(tmp_path:
     records = read_results(out)
     assert len(records) == 4
     for record in records:
-        count = prompt_count(tok, record["messages"], record.get("tools"), enable_thinking=True)
+        count = prompt_count(tok, record["messages"], record.get("tools"), kwargs={"enable_thinking": True})
         assert record["train_window"]["prompt_tokens"] == count
         room = min(600, window - count)
         assert sent[record["messages"][-1]["content"]] == record["train_window"]["max_tokens"] == room

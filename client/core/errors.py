@@ -6,6 +6,8 @@
     │   └── ManifestConflict   a live writer owns this host and shard, or has another shard count
     ├── InputError             a prompt file or record is bad and --strict is on                  (exit 3)
     ├── SinkError              results cannot be written (disk full, read-only)                    (exit 4)
+    ├── RenderError            a chat template cannot render one conversation (any failure inside the
+    │                          template): that one row or prompt fails, named; never the whole run
     ├── S3Error                an S3 call failed (uploads retry it; at start-up it is exit 2)
     │   ├── S3Unavailable      unreachable, timed out, 5xx or SlowDown: try again later
     │   └── S3Conflict         a conditional write (If-Match / If-None-Match) did not hold
@@ -86,6 +88,12 @@ class S3Conflict(S3Error):
 
 class InputError(RegenError):
     """A prompt file or record is invalid (raised only under --strict; otherwise reported and skipped)."""
+
+
+class RenderError(RegenError):
+    """This conversation cannot be rendered with this chat template (the export's re-render and template
+    check, the `--tokenizer` prompt count); the message says why. It fails one row or one prompt, never a
+    run: the caller counts it and names the record."""
 
 
 class SinkError(RegenError):

@@ -75,6 +75,20 @@ def sampling_block(settings: SamplingSettings, policy: FieldPolicy) -> dict[str,
     return sent
 
 
+def chat_template_kwargs(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`chat_template_kwargs` of a request whose sampling block (a ResultRecord's `sampling`) is `block`, as
+    the policy let them out (None: none were sent). Every render that must match the server's (the export's
+    re-render and template check, the `--tokenizer` prompt count) hands the template these."""
+    if "enable_thinking" not in block:
+        return None
+    extra = block.get("chat_template_kwargs")
+    kwargs: dict[str, Any] = {**(extra if isinstance(extra, Mapping) else {}),
+                              "enable_thinking": bool(block["enable_thinking"])}
+    if block.get("preserve_thinking"):
+        kwargs["preserve_thinking"] = True
+    return kwargs
+
+
 @dataclass(frozen=True, slots=True)
 class IdRequest:
     """How one endpoint's requests ask for the exact token ids (client.fleet.token_ids)."""
@@ -179,14 +193,7 @@ class RequestShape:
 
     @staticmethod
     def _template_kwargs(block: Mapping[str, Any]) -> dict[str, Any] | None:
-        """`chat_template_kwargs` as the policy lets them out (None: not sent)."""
-        if "enable_thinking" not in block:
-            return None
-        kwargs: dict[str, Any] = {**block.get("chat_template_kwargs", {}),
-                                  "enable_thinking": bool(block["enable_thinking"])}
-        if block.get("preserve_thinking"):
-            kwargs["preserve_thinking"] = True
-        return kwargs
+        return chat_template_kwargs(block)
 
     def count_path(self, endpoint: int) -> str | None:
         return self.count_paths[endpoint] if endpoint < len(self.count_paths) else None

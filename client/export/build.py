@@ -114,7 +114,7 @@ class _Pass:
         self.report = ExportReport()
         self.seen: set[int] = set()
         self.writer = open_writer(options.fmt, part, options.row_group_size)
-        self.conversations = Conversations() if options.rows == "conversation" else None
+        self.conversations = Conversations(tok.content_format) if options.rows == "conversation" else None
         # By default only where the trainer re-renders the text: the check costs a render and a
         # tokenization of every row, and the tokenized formats carry the server's ids anyway.
         self.format = FORMATS[options.fmt]
@@ -175,7 +175,7 @@ class _Pass:
         tools = tokens.tools if not tokens.exact else record.get("tools") or None
         turn = Turn(record, tokens.prompt, tokens.completion, tools, where)
         if self.conversations is None:
-            self.emit(Sample(str(record["id"]), (turn,)))
+            self.emit(Sample(str(record["id"]), (turn,), self.tok.content_format))
         else:
             sample = self.conversations.add(turn)
             if sample is not None:

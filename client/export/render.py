@@ -4,7 +4,8 @@ Exact: the record carries the server's `prompt_token_ids` / `completion_token_id
 they are. Re-rendered: the conversation is rendered with the tokenizer's own chat template (Jinja, as
 Hugging Face and SGLang render it) twice, the prompt with the generation prompt and the prompt plus the
 new assistant turn (reasoning in `reasoning_content`, tool calls with their arguments as objects, which
-is how SGLang hands them to the template); the completion is the difference, cut after the end-of-turn
+is how SGLang hands them to the template), each with the request's own `chat_template_kwargs` (thinking,
+preserve_thinking: `record_kwargs`); the completion is the difference, cut after the end-of-turn
 token where the model stopped. Each part is tokenized on its own, as the server saw the prompt and then
 generated the completion. Re-rendering can drift from what the server did, so the caller checks the
 counts against `usage` and never trusts a row whose counts differ. SGLang renders each tool with
@@ -17,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from client.local.chat_template import ChatTokenizer, RenderError, template_messages
+from client.core.errors import RenderError
+from client.core.payload import chat_template_kwargs
+from client.local.chat_template import ChatTokenizer, template_messages
 
-__all__ = ["ChatTokenizer", "RenderError", "Tokens", "render_record", "template_messages"]
+__all__ = ["ChatTokenizer", "RenderError", "Tokens", "record_kwargs", "render_record", "template_messages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,13 @@ def sglang_tool(raw: dict[str, Any]) -> dict[str, Any]:
             "defer_loading": raw.get("defer_loading")}
 
 
+def record_kwargs(record: dict[str, Any]) -> dict[str, Any]:
+    """The `chat_template_kwargs` the record's request sent (its recorded `sampling`): thinking,
+    preserve_thinking and the plan's other switches; {} when none were sent (the template's defaults)."""
+    sampling = record.get("sampling")
+    return (chat_template_kwargs(sampling) if isinstance(sampling, dict) else None) or {}
+
+
 def thinking_on(record: dict[str, Any]) -> bool:
     sampling = record.get("sampling")
     return not isinstance(sampling, dict) or sampling.get("enable_thinking") is not False
@@ -80,15 +90,15 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
     if not isinstance(messages, list) or not messages:
         raise RenderError("the record has no messages")
     thinking = thinking_on(record)
+    kwargs = record_kwargs(record)
     history = template_messages(messages, tok.content_format)
-    tools, prompt, prompt_ids = _served_prompt(record, tok, history, thinking)
+    tools, prompt, prompt_ids = _served_prompt(record, tok, history, kwargs)
     turn = assistant_turn(record)
     truncated = record.get("finish_reason") == "length"
     if truncated and thinking and not turn["content"] and not turn.get("tool_calls"):
         # Cut off while thinking: the output is raw reasoning; no </think> was ever written.
         return Tokens(prompt_ids, tok.encode(turn["reasoning_content"]), exact=False, tools=tools)
-    full = tok.render([*history, *template_messages([turn])], tools, add_generation_prompt=False,
-                      enable_thinking=thinking)
+    full = tok.render([*history, *template_messages([turn])], tools, add_generation_prompt=False, kwargs=kwargs)
     if not full.startswith(prompt):
         raise RenderError("the template does not render the prompt as a prefix of the whole conversation")
     completion = full[len(prompt):]
@@ -101,17 +111,17 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
 
 
 def _served_prompt(record: dict[str, Any], tok: ChatTokenizer, history: list[dict[str, Any]],
-                   thinking: bool) -> tuple[list[dict[str, Any]] | None, str, list[int]]:
+                   kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str, list[int]]:
     """(tools, prompt text, prompt ids) as the server most likely rendered them: the tools as recorded,
     unless their count differs from usage.prompt_tokens and SGLang's form (`sglang_tool`) gives it."""
     recorded = record.get("tools") or None
-    prompt = tok.render(history, recorded, add_generation_prompt=True, enable_thinking=thinking)
+    prompt = tok.render(history, recorded, add_generation_prompt=True, kwargs=kwargs)
     ids = tok.encode(prompt)
     usage = record.get("usage")
     expected = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     if recorded and isinstance(expected, int) and expected != len(ids):
         sglang = [sglang_tool(t) if isinstance(t, dict) else t for t in recorded]
-        other = tok.render(history, sglang, add_generation_prompt=True, enable_thinking=thinking)
+        other = tok.render(history, sglang, add_generation_prompt=True, kwargs=kwargs)
         other_ids = tok.encode(other)
         if len(other_ids) == expected:
             return sglang, other, other_ids

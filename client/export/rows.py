@@ -38,6 +38,7 @@ import orjson
 
 from client.export.formats import FORMATS
 from client.export.render import assistant_turn
+from prompts.sglang_input import template_content
 
 # The finish reasons of a reply the model ended itself (its end-of-turn token, or a tool call).
 ENDED_BY_ITSELF = ("stop", "tool_calls")
@@ -61,6 +62,9 @@ class Sample:
 
     id: str
     turns: tuple[Turn, ...]
+    # How the server handed content-part lists to the template (prompts.sglang_input.content_format):
+    # decides how a row's parts are joined into the text SpecForge hands the same template.
+    content_format: str = "string"
 
     @property
     def last(self) -> Turn:
@@ -71,18 +75,23 @@ class Sample:
         return len(self.last.prompt) + len(self.last.completion)
 
 
-def flat_content(content: Any) -> Any:
-    """A content-part list as one string of its text parts (joined by a space, as SGLang flattens them
-    for a text-only template); anything else as it is."""
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) for part in content
-                        if isinstance(part, dict) and part.get("type") == "text")
-    return content
+def flat_content(content: Any, content_format: str = "string", role: str = "") -> Any:
+    """A message's content as one string, the text the server's template rendered for it: null as "", a
+    content-part list as SGLang hands it to a template of this content format (`prompts.sglang_input`),
+    and then as the template writes it. A "string" template gets the text parts joined by a space (SGLang
+    joins them); an "openai" template (Qwen3.5, Qwen3.6) gets the parts and loops over them writing each
+    part's text with nothing between (`render_content`), so they are joined with nothing. A tool turn's
+    parts are joined by a space either way (SGLang joins them before any template)."""
+    value = template_content(role, content, content_format)
+    if isinstance(value, list):
+        return "".join(str(part.get("text", "")) for part in value
+                       if isinstance(part, dict) and part.get("type") == "text")
+    return value
 
 
-def _message(message: dict[str, Any]) -> dict[str, Any]:
+def _message(message: dict[str, Any], content_format: str) -> dict[str, Any]:
     out = {key: message[key] for key in _MESSAGE_KEYS if message.get(key) is not None}
-    out["content"] = flat_content(message.get("content")) or ""
+    out["content"] = flat_content(message.get("content"), content_format, str(message.get("role", ""))) or ""
     return out
 
 
@@ -94,7 +103,7 @@ def conversation(sample: Sample) -> list[dict[str, Any]]:
     the two). A conversation row therefore trains its last turn; every turn is trained in its own row with
     `--rows turn`."""
     last = sample.last.record
-    messages = [_message(m) for m in last.get("messages") or [] if isinstance(m, dict)]
+    messages = [_message(m, sample.content_format) for m in last.get("messages") or [] if isinstance(m, dict)]
     return [*messages, assistant_turn(last)]
 
 
@@ -154,14 +163,15 @@ class Conversations:
     turn whose id ends with `!` (client.run's mark of the turn that ends it); the others are handed back
     by `rest()` with the turns that were written."""
 
-    def __init__(self) -> None:
+    def __init__(self, content_format: str = "string") -> None:
         self.open: dict[str, list[Turn]] = {}
+        self.content_format = content_format
 
     def add(self, turn: Turn) -> Sample | None:
         record = turn.record
         key = record.get("conversation_id")
         if not isinstance(key, str):
-            return Sample(str(record["id"]), (turn,))
+            return Sample(str(record["id"]), (turn,), self.content_format)
         self.open.setdefault(key, []).append(turn)
         if str(record["id"]).endswith("!"):
             return self._sample(key)
@@ -169,7 +179,7 @@ class Conversations:
 
     def _sample(self, key: str) -> Sample:
         turns = sorted(self.open.pop(key), key=lambda t: int(t.record.get("turn") or 0))
-        return Sample(key, tuple(turns))
+        return Sample(key, tuple(turns), self.content_format)
 
     def rest(self) -> list[Sample]:
         return [self._sample(key) for key in list(self.open)]

@@ -128,7 +128,7 @@ def trainer_row(tok: ChatTokenizer, conversation: list[dict[str, Any]], tools: l
                 max_length: int | None = None, train_only_last_turn: bool = False) -> TrainerRow:
     """The row as SpecForge's `ThinkingParser.parse` makes it (`max_length` None: not cut)."""
     messages, emptied = trainer_messages(conversation)
-    text = tok.render(messages, tools or None, add_generation_prompt=False, enable_thinking=True)
+    text = tok.render(messages, tools or None, add_generation_prompt=False, kwargs={"enable_thinking": True})
     input_ids = tok.encode(text)
     if max_length is not None:
         input_ids = input_ids[:max_length]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,11 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, RenderError
 from prompts.sglang_input import content_format, template_content
 from prompts.tool_arguments import arguments_object
 
-
-class RenderError(ValueError):
-    """This record cannot be rendered with this template; the message says why."""
+__all__ = ["SIM_TOKENIZER", "ChatTokenizer", "RenderError", "prompt_count", "template_messages", "tokenizer_path"]
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
@@ -118,26 +117,38 @@ class ChatTokenizer:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-               add_generation_prompt: bool, enable_thinking: bool) -> str:
+               add_generation_prompt: bool, kwargs: Mapping[str, Any] | None = None) -> str:
+        """The conversation as text. `kwargs`: the request's `chat_template_kwargs` (enable_thinking,
+        preserve_thinking, ...), handed to the template as its variables, as SGLang and Hugging Face's
+        `apply_chat_template` hand them; None or {} leaves the template's defaults (thinking on)."""
         if self._template is None:
             raise RenderError("the tokenizer has no chat template (tokenizer_config.json chat_template or "
                               "chat_template.jinja); pass --chat-template FILE")
         try:
-            return self._template.render(messages=messages, tools=tools or None,
-                                         add_generation_prompt=add_generation_prompt,
-                                         enable_thinking=enable_thinking, bos_token=self.bos or "",
-                                         eos_token=self.eos or "")
-        except TemplateError as exc:
+            return self._template.render({**(kwargs or {}), "messages": messages, "tools": tools or None,
+                                          "add_generation_prompt": add_generation_prompt,
+                                          "bos_token": self.bos or "", "eos_token": self.eos or ""})
+        except TemplateError as exc:  # the template's own raise_exception, an undefined name, a sandbox refusal
             raise RenderError(f"the chat template failed: {exc}") from exc
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, ArithmeticError, RecursionError) as exc:
+            # What a template's expression raises on data it does not expect: `|items` on a tool argument
+            # that is not a JSON object, `'</think>' in content` on a None content. One conversation's
+            # failure, named, never the caller's crash.
+            raise RenderError(f"the chat template failed: {type(exc).__name__}: {exc}") from exc
 
 
 def template_messages(messages: list[dict[str, Any]], content_format: str = "string") -> list[dict[str, Any]]:
-    """Messages as the server hands them to the template: content-part lists flattened as SGLang flattens
-    them for a template of this content format (`prompts.sglang_input`), tool-call arguments parsed into
-    objects."""
+    """Messages as the server hands them to the template: a null content as "", content-part lists
+    flattened as SGLang flattens them for a template of this content format (`prompts.sglang_input`),
+    tool-call arguments parsed into objects (arguments that are not a JSON object are left as text, which
+    a template may fail on: a RenderError)."""
     out = copy.deepcopy(messages)
     for message in out:
-        if isinstance(message.get("content"), list):
+        if "content" in message and message["content"] is None:
+            # SGLang (and vLLM) hand the template "" for a null content (an assistant turn of tool calls
+            # only); Qwen3's template tests `'</think>' in content`, which fails on None.
+            message["content"] = ""
+        elif isinstance(message.get("content"), list):
             message["content"] = template_content(str(message.get("role", "")), message["content"], content_format)
         for call in message.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
@@ -149,8 +160,9 @@ def template_messages(messages: list[dict[str, Any]], content_format: str = "str
 
 
 def prompt_count(tok: ChatTokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-                 enable_thinking: bool) -> int:
-    """The prompt's token count as the chat request renders it (with the generation prompt)."""
+                 kwargs: Mapping[str, Any] | None = None) -> int:
+    """The prompt's token count as the chat request renders it (with the generation prompt and the request's
+    `chat_template_kwargs`); RenderError when the template cannot render it."""
     text = tok.render(template_messages(messages, tok.content_format), tools, add_generation_prompt=True,
-                      enable_thinking=enable_thinking)
+                      kwargs=kwargs)
     return len(tok.encode(text))

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.core.errors import ConfigError, InputError, RequestRejected
-from client.core.payload import RequestShape
+from client.core.errors import ConfigError, InputError, RenderError, RequestRejected
+from client.core.payload import FieldPolicy, RequestShape, chat_template_kwargs, sampling_block
 from client.core.records import Prompt
-from client.core.sampling_plan import SamplingPlan, plan_line, single
+from client.core.sampling_plan import SamplingPlan, SamplingSettings, plan_line, single
 from client.core.stats import RunStats, StatsSnapshot
 from client.engine.rate import RequestRate
 from client.engine.retry import LocalCount
@@ -51,25 +51,28 @@ Companion = Callable[[], Coroutine[Any, Any, None]]
 
 def local_counter(tokenizer: Path, plan: SamplingPlan, seed: int | None) -> LocalCount:
     """--tokenizer DIR: count a prompt as its chat request renders, with the model's template and tokenizer,
-    and thinking as the prompt's draw from the sampling plan has it."""
+    and the `chat_template_kwargs` (thinking, preserve_thinking, the plan's others) of the prompt's draw
+    from the sampling plan. A prompt the template cannot render fails alone (RequestRejected, named in the
+    failures file); the run goes on."""
     try:
         from client.local.chat_template import ChatTokenizer, prompt_count
     except ImportError as exc:
         raise ConfigError(f"--tokenizer needs the [export] extra ({exc.name} is missing): pip install -e "
                           "'.[export]'") from exc
-    from client.local.chat_template import RenderError
+
+    def kwargs(values: SamplingSettings) -> dict[str, Any] | None:
+        return chat_template_kwargs(sampling_block(values, FieldPolicy.everything()))
 
     tok = ChatTokenizer.load(tokenizer)
     try:
-        prompt_count(tok, [{"role": "user", "content": "hi"}], None,
-                     enable_thinking=plan.settings[0].values.enable_thinking)
+        prompt_count(tok, [{"role": "user", "content": "hi"}], None, kwargs=kwargs(plan.settings[0].values))
     except RenderError as exc:
         raise ConfigError(f"--tokenizer {tokenizer}: {exc}") from exc
 
     def count(prompt: Prompt, messages: list[dict[str, Any]]) -> int:
         try:
-            thinking = plan.draw(seed, prompt.id, prompt.meta).setting.values.enable_thinking
-            return prompt_count(tok, messages, prompt.tools, enable_thinking=thinking)
+            values = plan.draw(seed, prompt.id, prompt.meta).setting.values
+            return prompt_count(tok, messages, prompt.tools, kwargs=kwargs(values))
         except RenderError as exc:  # this prompt only: a failed prompt, not a stopped run
             raise RequestRejected(f"--tokenizer could not render this prompt to count it: {exc}", 0) from exc
 
