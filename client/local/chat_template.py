@@ -18,12 +18,12 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, InputError
 from prompts.sglang_input import content_format, template_content
 from prompts.tool_arguments import arguments_object
 
 
-class RenderError(ValueError):
+class RenderError(InputError, ValueError):
     """This record cannot be rendered with this template; the message says why."""
 
 
