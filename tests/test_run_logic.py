@@ -24,7 +24,7 @@ from client.engine.swarm import Swarm
 from client.fleet.dispatcher import DOWN, Dispatcher
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
-from client.run import main as run_main
+from client.run.__main__ import main as run_entry
 from client.wire.endpoint import Endpoint
 from tests.scripted_transport import Answer, ScriptedTransport, sse_reply
 
@@ -203,13 +203,13 @@ async def test_the_swarm_writes_every_prompt_once_with_a_pool_sized_by_the_fleet
 def test_misuse_exits_2_with_the_usage_line(tmp_path: Path, argv: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        run_main.main([*argv, "--prompts", str(_prompt_file(tmp_path / "p.jsonl", 1)), "--out", str(tmp_path / "o")])
+        run_entry([*argv, "--prompts", str(_prompt_file(tmp_path / "p.jsonl", 1)), "--out", str(tmp_path / "o")])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
 
 
 def test_an_unreadable_endpoints_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = run_main.main(["--endpoints", f"@{tmp_path / 'missing.txt'}", "--prompts",
+    code = run_entry(["--endpoints", f"@{tmp_path / 'missing.txt'}", "--prompts",
                           str(_prompt_file(tmp_path / "p.jsonl", 1)), "--out", str(tmp_path / "o")])
     assert code == 2
     assert "missing.txt" in capsys.readouterr().err
@@ -218,7 +218,7 @@ def test_an_unreadable_endpoints_file_is_exit_2(tmp_path: Path, capsys: pytest.C
 def test_an_unreachable_fleet_is_exit_2_with_nothing_written(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "o"
-    code = run_main.main(["--endpoints", "http://127.0.0.1:9", "--prompts", str(_prompt_file(tmp_path / "p.jsonl", 2)),
+    code = run_entry(["--endpoints", "http://127.0.0.1:9", "--prompts", str(_prompt_file(tmp_path / "p.jsonl", 2)),
                           "--out", str(out)])
     assert code == 2
     assert "cannot reach 1 of 1 endpoint(s)" in capsys.readouterr().err

@@ -8,7 +8,6 @@ This module owns the command line, the thresholds that turn counts into a verdic
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -26,13 +25,11 @@ from client.audit.findings import LOCAL_REDO_ADVICE, S3_REDO_ADVICE, Finding, Th
 from client.audit.plan_mix import mix_finding, mix_rows, recorded_plan
 from client.audit.png import histogram_png
 from client.audit.scan import IdCheck, Scan, check_ids, edited_prompts, scan_results
-from client.core.errors import ConfigError, InputError
-from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
+from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM
+from client.core.human_out import write_report
 from client.core.options import add_run_location, add_s3_endpoint_url, run_location
+from client.core.report_text import print_report
 from client.results.reader import ReadReport
-
-# The one scheme (client.core.exit_codes), named for this tool's cases.
-EXIT_BROKEN, EXIT_INCOMPLETE = EXIT_PROBLEM, EXIT_NOT_DONE
 
 DESCRIPTION = """\
 Audit the results of a run: counts, an exactly-once check against the prompt set, finish reasons,
@@ -55,6 +52,8 @@ exit codes:
      segment whose bytes differ from its manifest)
   2  bad options, or the results or prompt files cannot be read
   3  healthy so far, but incomplete: some ids of --prompts have no result yet
+  4  no room: the report (stdout) or the --histogram file could not be written; free space and run it again
+  130 stopped by Ctrl-C or SIGTERM
 """
 
 
@@ -72,9 +71,9 @@ def percentile(ordered: Sequence[int], fraction: float) -> int:
 
 def exit_code(findings: list[Finding], ids: IdCheck | None) -> int:
     if any(f.level == "fail" for f in findings):
-        return EXIT_BROKEN
+        return EXIT_PROBLEM
     if ids is not None and ids.missing:
-        return EXIT_INCOMPLETE
+        return EXIT_NOT_DONE
     return EXIT_OK
 
 
@@ -84,7 +83,7 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
     ordered = sorted(scan.lengths)
     n = scan.records
     code = exit_code(findings, ids)
-    verdict = {EXIT_OK: "healthy", EXIT_BROKEN: "broken", EXIT_INCOMPLETE: "incomplete"}[code]
+    verdict = {EXIT_OK: "healthy", EXIT_PROBLEM: "broken", EXIT_NOT_DONE: "incomplete"}[code]
     return {
         "verdict": verdict,
         "exit_code": code,
@@ -264,23 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     limits = Thresholds(short_tokens=args.short_tokens, max_stub_share=args.max_stub_share,
                         max_empty_reasoning_share=args.max_empty_reasoning_share,
                         max_bad_tool_call_share=args.max_bad_tool_call_share)
-    try:
-        scan, report = scan_results(args.results, limits.short_tokens, args.s3_endpoint_url)
-        ids = check_ids(args.results, scan.ids, args.prompts, args.s3_endpoint_url) if args.prompts else None
-        if ids is not None and scan.prompt_digests:
-            edited, examples = edited_prompts(args.prompts, scan.prompt_digests)
-            if edited:
-                ids = replace(ids, edited=edited, examples={**ids.examples, "edited": examples},
-                              redo_advice=S3_REDO_ADVICE if args.results.startswith("s3://") else LOCAL_REDO_ADVICE)
-        if args.histogram is not None:
-            histogram_png(scan.lengths, args.histogram, short_tokens=limits.short_tokens,
-                          title=f"COMPLETION LENGTHS OF {scan.records} RECORDS")
-    except (ConfigError, InputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"error: {getattr(exc, 'filename', None) or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+    scan, report = scan_results(args.results, limits.short_tokens, args.s3_endpoint_url)
+    ids = check_ids(args.results, scan.ids, args.prompts, args.s3_endpoint_url) if args.prompts else None
+    if ids is not None and scan.prompt_digests:
+        edited, examples = edited_prompts(args.prompts, scan.prompt_digests)
+        if edited:
+            ids = replace(ids, edited=edited, examples={**ids.examples, "edited": examples},
+                          redo_advice=S3_REDO_ADVICE if args.results.startswith("s3://") else LOCAL_REDO_ADVICE)
     findings = judge(scan, ids, report, limits)
     plan_rows = mix_rows(scan.plan_draws, recorded_plan(args.results)) if scan.plan_draws else []
     if (off_mix := mix_finding(plan_rows)) is not None:
@@ -288,7 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = summary(scan, ids, report, findings, limits)
     data["sampling_plan"] = plan_rows
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        write_report(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        render(data, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
+        print_report(lambda console: render(data, console), 140)
+    if args.histogram is not None:  # after the report: an image that cannot be written does not lose it
+        histogram_png(scan.lengths, args.histogram, short_tokens=limits.short_tokens,
+                      title=f"COMPLETION LENGTHS OF {scan.records} RECORDS")
     return int(data["exit_code"])

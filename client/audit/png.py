@@ -3,14 +3,19 @@
 Bins are powers of two, because output lengths are heavy-tailed: a linear axis would put every stub
 and most replies in one bar. Bars below the short-reply threshold are drawn red, so a stub-ridden run is
 visible at a glance. Text uses a built-in 3x5 pixel font (upper case, digits, a little punctuation).
+The file is written whole or not at all (`write_whole`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
+
+from client.core.errors import ConfigError, SinkError, no_room
 
 # Each glyph: five rows, one octal digit per row (bit 4 = left pixel, 1 = right pixel).
 _FONT = {
@@ -119,4 +124,20 @@ def histogram_png(lengths: Iterable[int], path: Path, *, short_tokens: int, titl
         canvas.text(round((x0 + x1) / 2 - text_width(label, scale) / 2), top + plot_h + 8, label, scale=scale)
     canvas.rect(left, top + plot_h, width - right, top + plot_h + 2, INK)
     canvas.text(left, height - 26, f"COMPLETION TOKENS (BIN STARTS, LOG2). RED: UNDER {short_tokens} TOKENS")
-    path.write_bytes(canvas.png())
+    write_whole(path, canvas.png())
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write `data` into a temporary file beside `path`, renamed over it once whole: a full disk leaves no
+    broken image. A failure is a SinkError (no room: exit 4) or a ConfigError, naming the file."""
+    part = path.with_name(f".{path.name}.part")
+    try:
+        part.write_bytes(data)
+        os.replace(part, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            part.unlink()
+        message = f"--histogram {path} could not be written ({exc.strerror or exc}); no part of it is left"
+        if no_room(exc):
+            raise SinkError(f"{message}: free space and run it again") from exc
+        raise ConfigError(f"{message}; choose a writable path") from exc

@@ -1,20 +1,26 @@
-"""The entry of every offline tool (`client.audit`, `client.status`, `client.export`, `client.estimate`):
-Ctrl-C and SIGTERM end the tool with one line and exit 130, never a traceback, whether they come while
-its modules load or while it works. What a stop leaves behind is the tool's own business: the export
-removes its OUT.part in the `finally` that the interrupt runs through.
+"""The entry of every tool (`client.run`, `client.audit`, `client.status`, `client.export`,
+`client.estimate`): the one place an error becomes an exit code and one line, through the one map
+(client.core.exit_codes.code_for). A tool's `main` returns the codes of its outcomes and raises the rest.
+
+Ctrl-C and SIGTERM end the tool with one line and exit 130, never a traceback, whether they come while its
+modules load or while it works (a KeyboardInterrupt raised with a message says that message instead). What
+a stop leaves behind is the tool's own business: the export removes its OUT.part in the `finally` that the
+interrupt runs through. A full disk is 4 wherever it is met: a file, or stdout itself (`> /dev/full`).
 
 A dependency missing when the tool's modules load (a `python` outside the project's venv) is one line that
-says to activate the venv, and exit 2 (`missing_dependency`, which `client.run`'s entry uses too). Only
-standard-library imports here: this module must load in any Python."""
+says to activate the venv, and exit 2 (`missing_dependency`). Only standard-library imports and the
+project's own stdlib-only core here: this module must load in any Python."""
 
 from __future__ import annotations
 
 import importlib
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
-from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
+from client.core.errors import RegenError
+from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE, code_for, message_for
+from client.core.human_out import ReportUnwritten, give_up, reason, write_line
 
 _FIRST_PARTY = frozenset({"argchecks", "client", "launch", "prompts"})
 
@@ -29,23 +35,59 @@ def missing_dependency(exc: ModuleNotFoundError, tool: str) -> str | None:
             "Python (pip install -e '.[sim,export]').")
 
 
-def run_tool(module: str, stopped: str) -> int:
-    """Import `module`, run its `main()`, and turn Ctrl-C or SIGTERM into `stopped` on stderr and exit 130."""
+def _say(line: str) -> None:
+    write_line(sys.stderr, line)  # stderr that fails loses the line, never the code
+
+
+def _flush_stdout() -> None:
+    """What the tool printed is whole before the code says so: a failing flush is the report's failure."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        give_up(sys.stdout)
+        raise ReportUnwritten(exc.errno or 0, f"the report could not be written to stdout: {reason(exc)}") from exc
+
+
+def run_tool(module: str, stopped: str, argv: Sequence[str] | None = None, *, loading: str | None = None,
+             advice: Mapping[int, str] | None = None) -> int:
+    """Import `module`, run its `main(argv)`, and map how it ended onto the exit codes: Ctrl-C or SIGTERM is
+    `stopped by Ctrl-C or SIGTERM; {stopped}` (`loading`, a whole line, while the modules still load) and
+    130; an error of the tree or an OSError is its one line (and `advice[code]` after it) and its code."""
     # SIGTERM raises KeyboardInterrupt like Ctrl-C, so one path cleans up after both. SIGINT is set too: a
     # shell without job control starts a background command with SIGINT ignored, and Python then leaves it
-    # ignored, so `kill -INT` would do nothing (client.run hears it through its own handler either way).
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # ignored, so `kill -INT` would do nothing.
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _run(module, stopped, argv, loading, advice or {})
+    finally:  # a caller in the same process (a test) gets its own handlers back
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(module: str, stopped: str, argv: Sequence[str] | None, loading: str | None,
+         advice: Mapping[int, str]) -> int:
+    loaded = False
     try:
         try:
-            main: Callable[[], int] = importlib.import_module(module).main
+            main: Callable[[Sequence[str] | None], int] = importlib.import_module(module).main
         except ModuleNotFoundError as exc:
             message = missing_dependency(exc, "python -m " + module.removesuffix(".main"))
             if message is None:
                 raise
-            print(message, file=sys.stderr, flush=True)
+            _say(message)
             return EXIT_USAGE
-        return main()
-    except KeyboardInterrupt:
-        print(f"stopped by Ctrl-C or SIGTERM; {stopped}", file=sys.stderr, flush=True)
+        loaded = True
+        code = main(argv)
+        _flush_stdout()
+        return code
+    except KeyboardInterrupt as exc:
+        _say(str(exc) or (loading if loading and not loaded else f"stopped by Ctrl-C or SIGTERM; {stopped}"))
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        mapped = code_for(exc)
+        if mapped is None:
+            raise  # not a user-facing error: a bug, with its traceback
+        # An OSError's line has its own advice (message_for); the tool's is for the tree's errors.
+        extra = advice.get(mapped) if isinstance(exc, RegenError) else None
+        _say(message_for(exc) + (f". {extra}" if extra else ""))
+        return mapped

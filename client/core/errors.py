@@ -3,14 +3,19 @@
     RegenError
     ├── ConfigError            bad options, unreachable fleet, unknown model, unwritable --out   (exit 2)
     │   ├── S3AccessError      the bucket is missing, access is denied, or there are no credentials
-    │   └── ManifestConflict   a live writer owns this host and shard, or has another shard count
+    │   ├── ManifestConflict   a live writer owns this host and shard, or has another shard count
+    │   ├── OutLocked          another client holds this --out (client.local.lock)
+    │   ├── ShardEnvError      the environment does not say which shard this is (client.core.shard_env)
+    │   ├── PlanError          a sampling plan that cannot be used (client.core.plan_file)
+    │   └── LoadFormatError    a server's load document has the wrong shape (client.wire.loads)
     ├── InputError             a prompt file or record is bad and --strict is on                  (exit 3)
-    ├── SinkError              results cannot be written (disk full, read-only)                    (exit 4)
-    ├── RenderError            a chat template cannot render one conversation (any failure inside the
-    │                          template): that one row or prompt fails, named; never the whole run
+    │   └── RenderError        a chat template cannot render one conversation: that one row or prompt
+    │                          fails, named; never the whole run (client.local.chat_template)
+    ├── SinkError              results or a report cannot be written (disk full, read-only)        (exit 4)
     ├── S3Error                an S3 call failed (uploads retry it; at start-up it is exit 2)
     │   ├── S3Unavailable      unreachable, timed out, 5xx or SlowDown: try again later
-    │   └── S3Conflict         a conditional write (If-Match / If-None-Match) did not hold
+    │   ├── S3Conflict         a conditional write (If-Match / If-None-Match) did not hold
+    │   └── SegmentTooLarge    over one PUT, on a store without multipart (client.s3.segment_upload)
     └── AttemptError           one request attempt failed; decides whether to retry
         ├── RetryableError
         │   ├── ConnectFailed      the endpoint could not be reached
@@ -33,6 +38,10 @@
             ├── NotEventStream     a 200 whose Content-Type is not text/event-stream (e.g. a login page)
             ├── NotJSON            a control-plane 200 (/v1/models, /v1/loads) whose body is not JSON
             └── UnsupportedEncoding  a body in a Content-Encoding other than identity, gzip or deflate
+
+Every tool's exit code is a function of this tree (client.core.exit_codes.code_for, applied once at each
+tool's entry by client.core.entry); an OSError that no code mapped is 4 when it says "no room"
+(`no_room`), else 2. The classes marked with a module live beside the code that raises them.
 
 The tree is this module's; a library's exceptions are mapped onto it beside the code that uses the
 library, each in one table: client.wire.errors_map (ssl, OSError, httptools, zlib, orjson) and
@@ -90,7 +99,7 @@ class InputError(RegenError):
     """A prompt file or record is invalid (raised only under --strict; otherwise reported and skipped)."""
 
 
-class RenderError(RegenError):
+class RenderError(InputError, ValueError):
     """This conversation cannot be rendered with this chat template (the export's re-render and template
     check, the `--tokenizer` prompt count); the message says why. It fails one row or one prompt, never a
     run: the caller counts it and names the record."""
@@ -262,9 +271,16 @@ def error_for_status(status: int, body: bytes, retry_after: str | None = None) -
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
+def no_room(exc: OSError) -> bool:
+    """The OSError says there is no room (a full disk, a quota, a file size limit). pyarrow raises its IO
+    errors as OSError with the C library's text but no errno, so the text counts too."""
+    return exc.errno in NO_SPACE or any(text in str(exc) for text in ("No space left", "File too large",
+                                                                       "Disk quota exceeded"))
+
+
 def map_write_error(exc: OSError, message: str, advice: str = "") -> ConfigError | SinkError:
     """An OSError writing under --out (at start-up too): a SinkError (exit 4, "free space and run the same
     command again") when there is no room, else a ConfigError of `message` and `advice` (what to change)."""
-    if exc.errno in NO_SPACE:
+    if no_room(exc):
         return SinkError(message)
     return ConfigError(f"{message}{advice}")

@@ -61,3 +61,22 @@ def reason(error: OSError) -> str:
 def note(message: str) -> None:
     """A line on stderr (stdout stays free for a tool's own output); lost, never raised, when stderr fails."""
     write_line(sys.stderr, message)
+
+
+class ReportUnwritten(OSError):
+    """A tool's report could not be written to stdout (`> /dev/full`, a closed pipe); client.core.entry maps it
+    like any OSError: exit 4 when there is no room."""
+
+
+def write_report(data: bytes | str) -> None:
+    """Write a tool's report (its product, unlike the lines above) to stdout and flush it. A failure gives
+    stdout up (so Python's own flush at exit cannot fail again) and raises ReportUnwritten, one line."""
+    try:
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data)
+        sys.stdout.flush()
+    except OSError as exc:
+        give_up(sys.stdout)
+        raise ReportUnwritten(exc.errno or 0, f"the report could not be written to stdout: {reason(exc)}") from exc

@@ -21,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from client.core.errors import ConfigError
+
 COUNT_ENV = "REGEN_SHARD_COUNT"
 
 
-class ShardEnvError(ValueError):
+class ShardEnvError(ConfigError, ValueError):
     """The environment does not say which shard this is; the message says what to give."""
 
 

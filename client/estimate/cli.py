@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-from argchecks import non_empty_path, non_negative_float, positive_float, positive_int
+from argchecks import non_empty_path, non_negative_float, positive_float, positive_int, whole_in
 from argchecks.parser import ToolParser
 from client.core.options import (
     DEFAULT_MAX_ATTEMPTS,
@@ -17,6 +18,7 @@ from client.core.options import (
     simulated_servers,
 )
 from client.core.payload import SamplingSettings
+from client.estimate.hardware import MAX_GPUS
 from client.fleet.options import add_network_options
 from client.fleet.preflight import COMPAT_CHOICES
 
@@ -49,7 +51,7 @@ exit codes:
   0    projection printed
   1    too few results to project (no result, or the fleet was never busy)
   2    bad options, unreachable endpoints, unknown model, unreadable prompts or results, --out in use
-  4    the calibration results could not be written
+  4    no room: the calibration sample or results, or the report (stdout), could not be written
   130  stopped by Ctrl-C (the results written so far stay in --out; use --from-results on them)
 """
 
@@ -69,14 +71,29 @@ def _sample_size(text: str) -> tuple[int | None, float | None]:
         raise argparse.ArgumentTypeError(f"expected a count such as 400 or a share such as 2%, got {text!r}") from None
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+# Beyond these no plan is real, and past 2^63 the arithmetic fails (a traceback before): a typo, refused.
+MAX_TOKENS_CAP = 10_000_000
+MAX_ROUNDS = 1_000_000  # the bootstrap's rounds: 1000 is plenty; more only runs for hours
+
+
+def _int_list(high: int, what: str) -> Callable[[str], tuple[int, ...]]:
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        if not values or min(values) < 1 or max(values) > high:
+            raise argparse.ArgumentTypeError(f"expected {what} from 1 to {high:,}, got {text!r}")
+        return values
+
+    return parse
+
+
+def _gpu_kind(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("names no GPU kind (e.g. rtx-pro-6000, b200, h200, h100); leave the "
+                                         "option out when the servers name theirs")
+    return text
 
 
 def _out_dir(text: str) -> Path:
@@ -124,7 +141,7 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
 
 def _hardware_options(parser: argparse.ArgumentParser) -> None:
     hw = parser.add_argument_group("projection onto other GPUs (a model from public figures: docs/estimate.md)")
-    hw.add_argument("--gpu-kind", metavar="KIND",
+    hw.add_argument("--gpu-kind", type=_gpu_kind, metavar="KIND",
                     help="the GPU kind the throughput was measured on, when the servers do not name one the table "
                          "knows (/v1/loads accelerator), e.g. rtx-pro-6000, b200, h200, h100")
     hw.add_argument("--project", metavar="KIND[xN],...",
@@ -158,14 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-tokens", type=positive_int, default=defaults.max_tokens,
                       help="max_tokens of the run (and of the sample) (default: %(default)s)")
     plan.add_argument("--no-thinking", action="store_true", help="thinking off (it is on by default)")
-    plan.add_argument("--gpus", type=positive_int, metavar="G",
+    plan.add_argument("--gpus", type=whole_in(1, MAX_GPUS, "a GPU count"), metavar="G",
                       help="GPUs behind the fleet, for GPU-hours (default: what the servers report, /v1/loads "
                            "num_accelerators; else one per endpoint)")
-    plan.add_argument("--what-if-max-tokens", type=_int_list, metavar="N,N,...",
+    plan.add_argument("--what-if-max-tokens", type=_int_list(MAX_TOKENS_CAP, "caps"), metavar="N,N,...",
                       help="caps for the what-if table (default: powers of two up to twice --max-tokens)")
-    plan.add_argument("--what-if-gpus", type=_int_list, metavar="G,G,...",
+    plan.add_argument("--what-if-gpus", type=_int_list(MAX_GPUS, "GPU counts"), metavar="G,G,...",
                       help="GPU counts for the what-if table (default: half, same, 2x, 4x)")
-    plan.add_argument("--rounds", type=positive_int, default=1000, help="bootstrap rounds (default: %(default)s)")
+    plan.add_argument("--rounds", type=whole_in(1, MAX_ROUNDS, "a count of rounds"), default=1000,
+                      help=f"bootstrap rounds, 1 to {MAX_ROUNDS:,} (default: %(default)s)")
     plan.add_argument("--train-window", type=positive_int, metavar="N",
                       help="the trainer's window in tokens, prompt included (4096 for the DFlash recipe: "
                            "SpecForge's max_length): report the output tokens past it and what client.run "

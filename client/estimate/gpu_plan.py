@@ -28,13 +28,13 @@ from client.estimate.project import Projection, set_lengths
 
 def check_options(args: argparse.Namespace) -> None:
     """--gpu-kind and --project name kinds of the table: refused before anything is sent (ConfigError)."""
-    if not (args.gpu_kind or args.project):
+    if args.gpu_kind is None and args.project is None:
         return
     table = load_table()
-    if args.gpu_kind and table.kind(args.gpu_kind) is None:
+    if args.gpu_kind is not None and table.kind(args.gpu_kind) is None:
         raise ConfigError(f"--gpu-kind {args.gpu_kind!r}: not a kind in {table.path} (known: {_keys(table)})")
-    if args.project:
-        parse_targets(args.project, table)
+    if args.project is not None and not parse_targets(args.project, table):
+        raise ConfigError(f"--project {args.project!r} names no GPU kind (known: {_keys(table)})")
 
 
 def _keys(table: HardwareTable) -> str:

@@ -32,6 +32,8 @@ from client.estimate.model import Interval, Throughput, tail_seconds
 
 DATA_FILE = Path(__file__).with_name("gpus.toml")
 LABEL = "model, not a measurement"
+# More GPUs than any fleet holds is a typo (past 2^63, a traceback before): --gpus, --what-if-gpus, --project.
+MAX_GPUS = 1_000_000
 Precision = Literal["bf16", "fp8"]
 BYTES_PER_PARAM: dict[str, float] = {"bf16": 2.0, "fp8": 1.0}
 
@@ -194,8 +196,8 @@ def parse_targets(text: str, table: HardwareTable) -> list[tuple[GpuKind, int | 
         if kind is None:
             keys = ", ".join(k.key for k in table.kinds)
             raise ConfigError(f"--project {part!r}: no GPU kind {name!r} in {table.path} (known: {keys})")
-        if count and int(count) < 1:
-            raise ConfigError(f"--project {part!r}: the GPU count must be at least 1")
+        if count and not 1 <= int(count) <= MAX_GPUS:
+            raise ConfigError(f"--project {part!r}: the GPU count must be from 1 to {MAX_GPUS:,}")
         targets.append((kind, int(count) if count else None))
     return targets
 

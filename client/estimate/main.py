@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Console
 
 from client.core import redact
-from client.core.errors import ConfigError, RegenError, SinkError
-from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_NO_ROOM, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
+from client.core.errors import ConfigError
+from client.core.exit_codes import EXIT_OK, EXIT_PROBLEM
+from client.core.human_out import write_report
 from client.core.ids import line_id
 from client.core.payload import SamplingSettings
+from client.core.report_text import print_report
 from client.estimate.calibrate import CalibrationRun, calibrate
 from client.estimate.cli import build_parser, check
 from client.estimate.gpu_plan import check_options, hardware_projection
@@ -45,9 +46,6 @@ from client.local.lock import hold_out_lock
 from client.local.prompt_files import resolve_prompt_files
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import ReadReport, iter_lines
-
-# The one scheme (client.core.exit_codes), named for this tool's cases.
-EXIT_NO_PROJECTION, EXIT_CONFIG, EXIT_SINK = EXIT_PROBLEM, EXIT_USAGE, EXIT_NO_ROOM
 
 
 def _result_ids(location: str, s3_endpoint_url: str | None) -> set[str]:
@@ -183,7 +181,7 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
                  "thinking": found.thinking.most_common(1)[0][0] if found.thinking else not args.no_thinking,
                  "sample": sample_rows(found, whole)})
     if rate is None or found.records == 0:
-        return EXIT_NO_PROJECTION, info, None
+        return EXIT_PROBLEM, info, None
     server_gpus = info.get("server_gpus")
     gpus = args.gpus or server_gpus or max(1, len(found.endpoints))
     info["gpus_from"] = "--gpus" if args.gpus else "servers" if server_gpus else "one per endpoint (assumed)"
@@ -234,23 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, info, projection = estimate(args)
     except KeyboardInterrupt:
         kept = args.out is not None or not args.simulate  # a simulated run's temporary directory is gone
-        print("interrupted; " + ("the results written so far stay in --out" if kept else
-                                 "nothing kept (--out DIR keeps a simulated calibration's results)"), file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except SinkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_SINK
-    except RegenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except OSError as exc:
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        raise KeyboardInterrupt("interrupted; " + ("the results written so far stay in --out" if kept else
+                                "nothing kept (--out DIR keeps a simulated calibration's results)")) from None
     assert info is not None
     if args.json:
-        sys.stdout.buffer.write(to_json(info, projection) + b"\n")
+        write_report(to_json(info, projection) + b"\n")
     else:
-        render(info, projection, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
+        print_report(lambda console: render(info, projection, console), 140)
     if projection is None:
         print("error: no projection: the results hold no usable timings (nothing finished, or nothing ran "
               "concurrently)", file=sys.stderr)

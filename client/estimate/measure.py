@@ -5,11 +5,13 @@ does. A decode span runs from the first token to the end of a request; it is reb
 `created` (written when the completion was whole) and its timings: first token = created - total_s +
 queued_s + ttft_s. A retried request's timings mix its attempts, so its span is instead its tokens at
 the median pace of the others, ending at `created`. Per record it also keeps the prompt tokens and what a
-loop stop would save (client.estimate.waste), for the purpose figures.
+loop stop would save (client.estimate.waste), for the purpose figures. A record whose `created` or
+timings are no clock's reading (±1e308, NaN) is refused, named by file and line (exit 2).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from array import array
 from collections import Counter
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.core.errors import ConfigError
 from client.estimate.waste import REPETITION, loop_saving, record_text
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import token_parts, usage_int
@@ -51,7 +54,7 @@ class Measurements:
     outside_set: int = 0
     _retried: list[tuple[float, int]] = field(default_factory=list)
 
-    def add(self, record: dict[str, Any], stratum: str | None) -> None:
+    def add(self, record: dict[str, Any], stratum: str | None, where: str = "a record") -> None:
         if stratum is None:
             self.outside_set += 1
             return
@@ -82,14 +85,15 @@ class Measurements:
             if isinstance(sampling.get("max_tokens"), int):
                 self.max_tokens[sampling["max_tokens"]] += 1
             self.thinking[sampling.get("enable_thinking") is not False] += 1
-        self._span(record, length)
+        self._span(record, length, where)
 
-    def _span(self, record: dict[str, Any], length: int) -> None:
+    def _span(self, record: dict[str, Any], length: int, where: str) -> None:
         created = record.get("created")
         timings = record.get("timings")
         if not isinstance(created, int | float) or not isinstance(timings, dict):
             return
         total, queued, ttft = timings.get("total_s"), timings.get("queued_s"), timings.get("ttft_s")
+        _check_times(where, created, total, queued, ttft)
         if record.get("attempts", 1) != 1 or not isinstance(total, int | float):
             self._retried.append((float(created), length))
             return
@@ -115,12 +119,29 @@ class Measurements:
         self._retried.clear()
 
 
+# A `created` outside these seconds since 1970 (up to the year 2286) is no clock's reading, and a duration past a
+# year is none of a request's: such a record would make every span, and the projection, nonsense (±1e308 made
+# NaN, then a traceback).
+_CREATED = (0.0, 1e10)
+_LONGEST_S = 365 * 86400.0
+
+
+def _check_times(where: str, created: float, *durations: object) -> None:
+    if not (math.isfinite(created) and _CREATED[0] <= created < _CREATED[1]):
+        raise ConfigError(f"{where}: created {created!r} is not a time (seconds since 1970, as client.run writes "
+                          "it): these results cannot be timed; leave the damaged record out of the results")
+    for value in durations:
+        if isinstance(value, int | float) and not (math.isfinite(value) and 0 <= value <= _LONGEST_S):
+            raise ConfigError(f"{where}: a timing of {value!r} s is not a request's duration: these results cannot "
+                              "be timed; leave the damaged record out of the results")
+
+
 def measure(location: str, stratum_for: Callable[[dict[str, Any]], str | None],
             s3_endpoint_url: str | None = None) -> tuple[Measurements, ReadReport]:
     """Read every result of `location`; `stratum_for` names a record's stratum (None: not in the set)."""
     found = Measurements()
     report = ReadReport()
-    for _, record in iter_records(location, report, s3_endpoint_url=s3_endpoint_url):
-        found.add(record, stratum_for(record))
+    for item, record in iter_records(location, report, s3_endpoint_url=s3_endpoint_url):
+        found.add(record, stratum_for(record), f"{item.where}:{item.line}")
     found.close_spans()
     return found, report

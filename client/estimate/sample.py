@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from client.core.errors import map_write_error
 from client.core.records import LineProblem, Prompt
 from client.local.source import PromptSource, SourceCounts
 
@@ -116,8 +117,13 @@ def draw(paths: Iterable[Path], strata: dict[str, int], sizes: dict[str, int], s
 def write_records(out: Path, chosen: Iterable[tuple[Prompt, str]]) -> dict[str, str]:
     """Write the drawn prompts as PromptRecord JSONL to `out`; returns id -> stratum."""
     strata: dict[str, str] = {}
-    with out.open("wb") as handle:
-        for prompt, name in chosen:
-            handle.write(orjson.dumps(_record(prompt), option=orjson.OPT_APPEND_NEWLINE))
-            strata[prompt.id] = name
+    try:
+        with out.open("wb") as handle:
+            for prompt, name in chosen:
+                handle.write(orjson.dumps(_record(prompt), option=orjson.OPT_APPEND_NEWLINE))
+                strata[prompt.id] = name
+    except OSError as exc:  # no room is exit 4, like the results (client.core.exit_codes); no half sample left
+        out.unlink(missing_ok=True)
+        raise map_write_error(exc, f"the calibration sample {out} could not be written ({exc.strerror or exc})",
+                              "; choose another --out") from exc
     return strata

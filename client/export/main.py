@@ -18,15 +18,11 @@ import orjson
 
 from argchecks import float_in, positive_int
 from argchecks.parser import ToolParser
-from client.core.errors import NO_SPACE, ConfigError
-from client.core.exit_codes import EXIT_NO_ROOM, EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE
+from client.core.errors import ConfigError, SinkError, no_room
+from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_PROBLEM
+from client.core.human_out import ReportUnwritten, write_report
 from client.core.options import add_s3_endpoint_url
 from client.export.formats import DEFAULT_FORMAT, FORMATS
-
-# The one scheme (client.core.exit_codes), named for this tool's cases.
-EXIT_DROPPED, EXIT_REFUSED = EXIT_PROBLEM, EXIT_NOT_DONE
-EXIT_NOT_EXACT = EXIT_REFUSED
-
 
 # The top-level modules of the `export` extra (pyproject.toml); a missing one is a setup step, not a bug.
 EXTRA_MODULES = frozenset({"pyarrow", "tokenizers", "jinja2"})
@@ -87,8 +83,10 @@ exit codes:
      directory or an existing file that is not a previous export, or the export extra is not installed
   3  refused, OUT not written: --require-exact-ids and some records carry no server token ids (they
      would be re-rendered), or (--format specforge) more than --max-template-mismatch of the checked
-     rows render differently with the trainer's template; the message says how many
-  4  no room to write OUT (disk full, quota or file size limit): nothing was written, no OUT.part left
+     rows render differently with the trainer's template; the message says how many; or no record fits
+     --max-length (OUT is written without a row)
+  4  no room to write OUT (disk full, quota or file size limit): nothing was written, no OUT.part left;
+     or (--json) no room for the report on stdout (OUT, if the message says so, was written whole)
   130 stopped by Ctrl-C or SIGTERM: OUT not written, no OUT.part left
 """
 
@@ -227,12 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rows == "conversation" and not FORMATS[args.format].conversation_rows:
         parser.error("--rows conversation needs --format specforge: the server's ids are per turn, and only a "
                      "trainer that re-renders the conversation can find its earlier turns' spans")
-    written = _write(args)
-    return written if isinstance(written, int) else _report(written, args)
+    return _report(_write(args), args)
 
 
 def _write(args: argparse.Namespace) -> Any:
-    """The export's report, or the exit code of an error already said in one line."""
+    """The export's report; an error is raised in one line (ConfigError, SinkError) for the entry's map."""
     try:
         # Imported only now, so that --help and the option errors need none of the extra.
         from client.export.build import ChatTokenizer, export
@@ -250,18 +247,12 @@ def _write(args: argparse.Namespace) -> Any:
         message = missing_extra(exc)
         if message is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError(message) from exc
     except OSError as exc:
-        if _no_room(exc):
-            print(f"error: no room to write {args.out} ({exc.strerror or exc}); nothing was written and no "
-                  f"{args.out.name}.part is left: free space and run the export again", file=sys.stderr)
-            return EXIT_NO_ROOM
-        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+        if no_room(exc):
+            raise SinkError(f"no room to write {args.out} ({exc.strerror or exc}); nothing was written and no "
+                            f"{args.out.name}.part is left: free space and run the export again") from exc
+        raise ConfigError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
 
 
 def _refusal(report: Any, args: argparse.Namespace) -> str | None:
@@ -283,7 +274,11 @@ def _report(report: Any, args: argparse.Namespace) -> int:
     from client.export.build import summary
 
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(summary(report), option=orjson.OPT_INDENT_2) + b"\n")
+        try:
+            write_report(orjson.dumps(summary(report), option=orjson.OPT_INDENT_2) + b"\n")
+        except ReportUnwritten as exc:
+            written = f"{args.out} was written whole, but " if report.written else ""
+            raise SinkError(f"{written}{exc.strerror}: free space (or redirect stdout) and run it again") from exc
     if report.examples:
         total = sum(report.problems.values())
         print(f"problems (the first {len(report.examples)} of {total:,}):", file=sys.stderr)
@@ -293,15 +288,20 @@ def _report(report: Any, args: argparse.Namespace) -> int:
     refusal = _refusal(report, args)
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)
-        return EXIT_REFUSED
+        return EXIT_NOT_DONE
     print(_counts(report, args), file=sys.stderr)
     for line in _notes(report):
         print(line, file=sys.stderr)
     if report.completion_mismatch and report.completion_mismatch >= max(1, report.records // 2):
         print("most re-rendered rows disagree with the server's counts: is --tokenizer the served model's "
               "tokenizer, with its chat template?", file=sys.stderr)
+    if report.records and not report.exported and report.dropped_window:
+        print(f"error: none of the {report.records:,} record(s) fits the window: --max-length {args.max_length:,} "
+              f"left {args.out} without a row; the trainer would have nothing to train on. Give the trainer's "
+              "max_length (prompt included)", file=sys.stderr)
+        return EXIT_NOT_DONE
     trouble = report.left_out or report.kept_mismatched or report.unreadable
-    return EXIT_DROPPED if trouble else EXIT_OK
+    return EXIT_PROBLEM if trouble else EXIT_OK
 
 
 def _counts(report: Any, args: argparse.Namespace) -> str:
@@ -315,12 +315,6 @@ def _counts(report: Any, args: argparse.Namespace) -> str:
             f"dropped as truncated {report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, "
             f"prompt {report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
             f"{report.failed:,}; duplicate ids {report.duplicates:,}{window}")
-
-
-def _no_room(exc: OSError) -> bool:
-    # pyarrow raises its IO errors as OSError with the C library's text but no errno.
-    return exc.errno in NO_SPACE or any(text in str(exc) for text in ("No space left", "File too large",
-                                                                       "Disk quota exceeded"))
 
 
 # What the export left out by its own rules, or could not read: (the report's count, the line after it).

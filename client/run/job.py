@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from client.core.errors import ConfigError, InputError, RenderError, RequestRejected
+from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, EXIT_SYNC_PENDING
 from client.core.payload import FieldPolicy, RequestShape, chat_template_kwargs, sampling_block
 from client.core.records import Prompt
 from client.core.sampling_plan import SamplingPlan, SamplingSettings, plan_line, single
@@ -35,7 +36,6 @@ from client.results.reader import iter_records
 from client.run.config import RunConfig
 from client.run.console import say, show_progress
 from client.run.edited_prompts import check_edited
-from client.run.exit_codes import EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SYNC_PENDING
 from client.run.metrics import MetricsServer, linger_for_final_scrape
 from client.run.next_steps import RunOutput, print_next_steps
 from client.run.s3_wiring import drain, open_s3, register_s3
@@ -338,4 +338,4 @@ class Run:
             return EXIT_INTERRUPTED
         if sync is not None and (sync.pending or sync.too_large):
             return EXIT_SYNC_PENDING
-        return EXIT_FAILURES if self.stats.failed > self.stats.too_long else EXIT_OK
+        return EXIT_PROBLEM if self.stats.failed > self.stats.too_long else EXIT_OK

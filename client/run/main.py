@@ -1,6 +1,6 @@
 """`python -m client.run`: the main job. Parses the command line into a RunConfig, takes the --out lock,
-starts a simulated fleet under --simulate, runs the job (client.run.job) and maps its errors to the
-documented exit codes (client.run.exit_codes).
+starts a simulated fleet under --simulate and runs the job (client.run.job); its errors are raised to the
+entry (client.run.__main__), which maps them onto the documented exit codes once (client.core.exit_codes).
 
 Exit codes: 0 every valid prompt is done; 1 the run ended but some prompts failed after all attempts
 (run again to retry them); 2 bad options, an unusable fleet/--out or a live writer of this shard on the
@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from client.core import redact
-from client.core.errors import ConfigError, InputError, RegenError, SinkError
+from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from client.core.loop import run_async
 from client.local.lock import hold_out_lock
 from client.local.out_dir import NewOut
@@ -27,7 +27,6 @@ from client.local.sink import ResultSink
 from client.run.cli import build_parser, config_from
 from client.run.config import RunConfig, SimConfig
 from client.run.console import say
-from client.run.exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_SINK
 from client.run.job import Run
 from client.run.stop import StopController
 
@@ -82,26 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     redact.remember(args.api_key)  # before anything can fail: a server may echo it in an error body
     new_out = NewOut(Path(args.out))
     with StopController() as stop:  # from here SIGTERM ends like Ctrl-C: 130
-        code = EXIT_CONFIG
+        code = EXIT_USAGE
         try:
             code = _execute(config_from(parser, args), stop)
             return code
-        except ConfigError as exc:
-            say(f"error: {exc}")
-            return EXIT_CONFIG
-        except InputError as exc:
-            say(f"error: bad input: {exc}")
-            return EXIT_INPUT
-        except SinkError as exc:
-            say(f"error: {exc}. Every line already written is intact; free space (or fix permissions) "
-                "and run the same command again to continue.")
-            return EXIT_SINK
-        except RegenError as exc:
-            say(f"error: {exc}")
-            return EXIT_CONFIG
-        except KeyboardInterrupt:
-            say(_STOPPED)
-            return EXIT_INTERRUPTED
         finally:
             if code != EXIT_OK:  # a run that failed at start leaves no empty --out it made behind
                 new_out.remove_if_unused()

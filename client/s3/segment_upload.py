@@ -51,7 +51,7 @@ class PendingSegment:
                    segment.completion_tokens, time.time())
 
 
-class SegmentTooLarge(Exception):
+class SegmentTooLarge(S3Error):
     """The segment's body is over what one PUT takes, and the store refuses multipart uploads."""
 
 

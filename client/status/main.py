@@ -2,7 +2,7 @@
 manifests alone) or from one local --out directory (its segments, run.json and lock).
 
 Exit codes: 0 the status was printed and no shard is stale; 2 bad options, or the bucket, a manifest
-or the --out directory could not be read; 3 (--s3) at least one shard is stale: its newest writer says
+or the --out directory could not be read; 4 stdout is full; 3 (--s3) at least one shard is stale: its newest writer says
 running but has not updated its manifest for --stale-after sync intervals (the shards are named on
 stderr), so a cron job or CI can alert on it.
 """
@@ -18,22 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Console
 from rich.table import Table
 
 from argchecks import positive_float
 from argchecks.parser import ToolParser
-from client.core.errors import ConfigError, InputError
-from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK, EXIT_USAGE
+from client.core.exit_codes import EXIT_NOT_DONE, EXIT_OK
+from client.core.human_out import write_report
 from client.core.options import add_run_location, add_s3_endpoint_url, run_location
+from client.core.report_text import print_report
 from client.local.prompt_files import resolve_prompt_files
 from client.s3.manifest import Manifest
 from client.s3.resume import read_manifests
-from client.s3.store import S3Error, S3Store, S3Url
+from client.s3.store import S3Store, S3Url
 from client.status import fleet, local
-
-# The one scheme (client.core.exit_codes), named for this tool's cases.
-EXIT_ERROR, EXIT_STALE = EXIT_USAGE, EXIT_NOT_DONE
 
 _EPILOG = """\
 examples:
@@ -45,6 +42,7 @@ exit codes (one scheme for every tool: docs/exit-codes.md):
   0    printed, no shard stale
   2    bad options or an unreadable location
   3    a shard is stale (--s3)
+  4    no room: the status (stdout) could not be written
   130  stopped by Ctrl-C or SIGTERM
 """
 
@@ -74,10 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _print(table: Table, doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_report(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         # A pipe gets the full table, not one squeezed to 80 columns.
-        Console(width=None if sys.stdout.isatty() else 160).print(table)
+        print_report(lambda console: console.print(table), 160)
 
 
 def _s3_status(args: argparse.Namespace, location: str, paths: list[Path]) -> int:
@@ -94,7 +92,7 @@ def _s3_status(args: argparse.Namespace, location: str, paths: list[Path]) -> in
     stale = fleet.stale_lines(status)
     for line in stale:
         print(line, file=sys.stderr)
-    return EXIT_STALE if stale else EXIT_OK
+    return EXIT_NOT_DONE if stale else EXIT_OK
 
 
 def _local_status(args: argparse.Namespace, location: str, paths: list[Path]) -> int:
@@ -110,14 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     on_s3 = location.startswith("s3://")
     if not on_s3 and args.s3_endpoint_url:
         parser.error("--s3-endpoint-url goes with an s3:// run")
-    try:
-        paths = resolve_prompt_files([Path(p) for p in args.prompts]).paths if args.prompts else []
-        if on_s3:
-            return _s3_status(args, location, paths)
-        return _local_status(args, location, paths)
-    except (ConfigError, InputError, S3Error) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except OSError as exc:
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_ERROR
+    paths = resolve_prompt_files([Path(p) for p in args.prompts]).paths if args.prompts else []
+    if on_s3:
+        return _s3_status(args, location, paths)
+    return _local_status(args, location, paths)

@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from client.core.errors import ConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class ServerLoad:
@@ -26,7 +28,7 @@ class ServerLoad:
     accept_length: float | None = None  # MTP/speculative: mean tokens per verify step, over the ranks
 
 
-class LoadFormatError(ValueError):
+class LoadFormatError(ConfigError, ValueError):
     """The document does not have the expected shape."""
 
 
