@@ -11,7 +11,7 @@ from pathlib import Path
 
 from argchecks import non_negative_float, non_negative_int, port_number, positive_float, positive_int, share
 from argchecks.parser import ToolParser
-from launch.sim.config import DEFAULT_MODEL_NAME, FaultRates, SimConfig
+from launch.sim.config import DEFAULT_MODEL_NAME, ChatTemplateName, FaultRates, SimConfig
 from launch.sim.server import serve_forever
 from launch.sim.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
 from launch.sim.tokens import check_dir
@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--context-length", type=positive_int, default=d.context_length,
                    help="SGLang's --context-length: longer prompts and larger max_tokens are refused "
                         "(default: %(default)s)")
+    g.add_argument("--chat-template", choices=["qwen3.6", "qwen3"], default=d.chat_template,
+                   help="the model played: qwen3.6 serves Qwen3.6-27B's own chat template and writes what that "
+                        "model writes (think blocks, tool calls as XML <function=NAME><parameter=ARG>, parsed as "
+                        "SGLang's qwen3 reasoning parser and qwen3_coder detector parse them); qwen3 serves the "
+                        "Qwen3-style template launch/sim/qwen3_chat_template.jinja (hermes JSON tool calls). The "
+                        "tiny tokenizer carries this template; a --tokenizer DIR brings its own "
+                        "(default: %(default)s)")
     g.add_argument("--tool-call-parser", choices=["qwen3_coder", "qwen"], default=d.tool_call_parser,
                    help="SGLang's --tool-call-parser; qwen strips the non-streaming text before a call and, "
                         "streaming, loses the text that shares a chunk with the call's start, as SGLang 0.5.23 "
@@ -128,13 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _tokenizer_dir(parser: argparse.ArgumentParser, value: str) -> str | None:
-    """--tokenizer as the path SimConfig takes: `none` is no tokenizer, `tiny` the built one."""
+def _tokenizer_dir(parser: argparse.ArgumentParser, value: str, template: ChatTemplateName) -> str | None:
+    """--tokenizer as the path SimConfig takes: `none` is no tokenizer, `tiny` the built one (with the
+    --chat-template's template)."""
     if value == "none":
         return None
     if value == "tiny":
         try:
-            return str(tiny_tokenizer_dir())
+            return str(tiny_tokenizer_dir(chat_template=template))
         except TinyTokenizerError as exc:
             parser.error(f"--tokenizer tiny: {exc}")
     try:
@@ -147,7 +155,7 @@ def _tokenizer_dir(parser: argparse.ArgumentParser, value: str) -> str | None:
 def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
     parser = build_parser()
     a = parser.parse_args(argv)
-    a.tokenizer = _tokenizer_dir(parser, a.tokenizer)
+    a.tokenizer = _tokenizer_dir(parser, a.tokenizer, a.chat_template)
     if a.context_length < 2:
         parser.error("--context-length must be at least 2")
     faults = FaultRates(fail_500=a.fail_500, fail_429=a.fail_429, drop_stream=a.drop_stream,
@@ -162,7 +170,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
         loop_rate=a.loop_rate, think_tail_rate=a.think_tail_rate, think_tail_alpha=a.think_tail_alpha,
         reasoning_field=a.reasoning_field, omit_done=a.omit_done, omit_nulls=a.omit_nulls,
         strict_model=a.strict_model, faults=faults, log_level=a.log_level, tokenizer=a.tokenizer,
-        context_length=a.context_length, tool_call_parser=a.tool_call_parser,
+        context_length=a.context_length, tool_call_parser=a.tool_call_parser, chat_template=a.chat_template,
         accelerator=a.accelerator, num_accelerators=a.num_accelerators,
     )
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from launch.sim import generate, status, tokenize, wire
+from launch.sim import generate, qwen36, status, tokenize, wire
 from launch.sim.config import STOP_TOKEN_ID, SimConfig
 from launch.sim.engine import Engine, EngineRequest
 from launch.sim.faults import Fault, FaultInjector, FaultKind
@@ -97,7 +97,7 @@ class _Prepared:
         reasoning = script.reasoning_in(self.target)
         completion = self.target
         if st.tokenizer is not None:
-            ids = st.tokenizer.completion_ids(req.body, req.thinking, self.message, self.finish)
+            ids = self._ids(st.tokenizer, self.target, self.script, self.finish)
             if len(ids.ids) > cap:
                 ids = self._fit(st.tokenizer, cap)
             self.output_ids, completion, reasoning = ids.ids, len(ids.ids), ids.reasoning_tokens
@@ -113,6 +113,12 @@ class _Prepared:
         return wire.message(ReplyCursor(script).advance(upto), script, self.cfg.reasoning_field,
                             strip_before_calls=self.cfg.tool_call_parser == "qwen")
 
+    def _ids(self, tokenizer: SimTokenizer, upto: int, script: Script, finish: str) -> CompletionIds:
+        """The reply's ids: Qwen3.6's, the tokens of the text it wrote; else the reply's message rendered."""
+        if script.style == "qwen3.6":
+            return tokenizer.text_ids(qwen36.raw_text(script, upto), self.req.thinking, finish != "length")
+        return tokenizer.completion_ids(self.req.body, self.req.thinking, self._message(upto, script), finish)
+
     def _fit(self, tokenizer: SimTokenizer, cap: int) -> CompletionIds:
         """Cut the reply where the tokenizer's count reaches `cap`, as an engine stops at max_tokens.
 
@@ -121,10 +127,8 @@ class _Prepared:
         longest run of whole pieces whose ids fit (the count grows with the run), then the longest start
         of the next piece that still fits is kept too, so the count lands on `cap` but for a token that
         only the piece's next character would have completed. The reply ends there, finish_reason "length"."""
-        body, thinking = self.req.body, self.req.thinking
-
         def count(upto: int, script: Script) -> CompletionIds:
-            return tokenizer.completion_ids(body, thinking, self._message(upto, script), "length")
+            return self._ids(tokenizer, upto, script, "length")
 
         fits, over = 0, self.target  # script positions known to fit, and known not to
         best = count(0, self.script)

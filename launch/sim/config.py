@@ -20,6 +20,10 @@ ReasoningField = Literal["reasoning_content", "reasoning"]
 # differ, as a client sees them, in the non-streaming content before a call (kept by qwen3_coder,
 # stripped by qwen).
 ToolCallParser = Literal["qwen3_coder", "qwen"]
+# The model the simulator plays (launch.sim.qwen36): Qwen3.6's template and output (XML tool calls, think blocks
+# trimmed as its template writes them), or the Qwen3 style of launch/sim/qwen3_chat_template.jinja (hermes JSON).
+ChatTemplateName = Literal["qwen3.6", "qwen3"]
+DEFAULT_CHAT_TEMPLATE: ChatTemplateName = "qwen3"
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class SimConfig:
     # SGLang's --context-length: prompts of this length or more, and output caps over it, are refused.
     context_length: int = CONTEXT_LENGTH
     tool_call_parser: ToolCallParser = "qwen3_coder"
+    chat_template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE
     # A tokenizer directory (tokenizer.json and the chat template): with it, replies can carry token ids and
     # usage counts them (launch.sim.tokens); without it, the fields that ask for ids are ignored. The command
     # line's default is the tiny tokenizer (launch.sim.tiny_tokenizer); this record's is none.

@@ -29,7 +29,8 @@ from typing import Any, Literal, TypeAlias
 
 import orjson
 
-from launch.sim.config import SimConfig
+from launch.sim import qwen36
+from launch.sim.config import ChatTemplateName, SimConfig
 from launch.sim.text import WORDS, TextSource
 
 # Heavy-tailed length model: a lognormal body holds most replies, a Pareto tail holds the long thinkers.
@@ -77,6 +78,10 @@ class ToolCallScript:
     id: str
     name: str
     fragments: tuple[str, ...]
+    # Qwen3.6 (launch.sim.qwen36): the text the model writes at each of the call's positions, and the text
+    # before its header ("\n\n" or "\n"), which SGLang streams as content.
+    raw: tuple[str, ...] = ()
+    lead: str = ""
 
     @property
     def arguments(self) -> str:
@@ -103,6 +108,8 @@ class Script:
     # (onset, block): from the phase's `onset`-th token on (reasoning, or content without thinking), one
     # passage of `block` tokens repeats to the end of the reply.
     loop: tuple[int, int] | None = None
+    # The model played: Qwen3.6 trims its reasoning and content as its template does (launch.sim.qwen36).
+    style: ChatTemplateName = "qwen3"
 
     @property
     def total_tokens(self) -> int:
@@ -280,7 +287,11 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
         content = max(int(thinking), rng.randint(0, 24))
         chosen = directed_tools if directed_tools is not None else _pick_calls(
             tools, tool_choice, body.get("parallel_tool_calls", True) is not False, rng)
-        calls = [_call_script(tool, rng) for tool in chosen]
+        if config.chat_template == "qwen3.6":
+            written = content > int(thinking)  # after thinking the first content position is "\n\n" alone
+            calls = [qwen36.call_script(*_call_args(tool, rng), i, written, rng) for i, tool in enumerate(chosen)]
+        else:
+            calls = [_call_script(tool, rng) for tool in chosen]
 
     # Loops and the heavy tail draw from their own stream, so the draws above stay what they were without.
     failure = random.Random(int.from_bytes(hashlib.blake2b(digest, digest_size=16, person=b"sim-failure").digest(),
@@ -293,12 +304,12 @@ def build_script(body: Mapping[str, Any], thinking: bool, config: SimConfig) -> 
         onset = int((reasoning if thinking else content) * failure.uniform(*_LOOP_ONSET))
         loop = (onset, failure.randint(*_LOOP_BLOCK))
         reasoning, content = (cap, 0) if thinking else (0, cap)
-        return Script(prompt_tokens, reasoning, content, (), True, text_seed, loop=loop)
+        return Script(prompt_tokens, reasoning, content, (), True, text_seed, loop=loop, style=config.chat_template)
     capped = reasoning + content + sum(c.tokens for c in calls) > cap
     if capped:
         # Hitting the context limit in practice means thinking that never closed: all reasoning.
         reasoning, content, calls = (cap, 0, []) if thinking else (0, cap, [])
-    return Script(prompt_tokens, reasoning, content, tuple(calls), capped, text_seed)
+    return Script(prompt_tokens, reasoning, content, tuple(calls), capped, text_seed, style=config.chat_template)
 
 
 def _wanted_calls(messages: Any, tools: list[Any], tool_choice: Any, rate: float,
@@ -325,6 +336,11 @@ def _lengths(thinking: bool, mean_tokens: int, rng: random.Random) -> tuple[int,
     return reasoning, max(1, length - reasoning)
 
 
+def _call_args(tool: Any, rng: random.Random) -> tuple[str, Any]:
+    name, params = _tool_function(tool)
+    return name, value_for(params, rng)
+
+
 def _call_script(tool: Any, rng: random.Random) -> ToolCallScript:
     name, params = _tool_function(tool)
     args = orjson.dumps(value_for(params, rng)).decode()
@@ -341,6 +357,21 @@ class Piece:
     call: int = -1
 
 
+def _shaped(source: TextSource, start: int, end: int, lo: int, hi: int) -> str:
+    """Positions [start, end) of a text that spans [lo, hi), its first piece left-trimmed and its last
+    right-trimmed, as Qwen3.6's template writes a reasoning or a content (launch.sim.qwen36)."""
+    out = ""
+    if start < end and start == lo:
+        piece = source.take(1)
+        out += qwen36.first_piece(piece) if hi - lo > 1 else qwen36.first_piece(qwen36.last_piece(piece))
+        start += 1
+    last = end == hi and start < end
+    out += source.take(end - start - last)
+    if last:
+        out += qwen36.last_piece(source.take(1))
+    return out
+
+
 class ReplyCursor:
     """Walks a script's token positions in order and turns each span of new tokens into pieces.
 
@@ -353,6 +384,14 @@ class ReplyCursor:
         self._reasoning = TextSource(script.text_seed, loop if script.reasoning_tokens else None)
         self._content = TextSource(script.text_seed ^ 0x5EED, None if script.reasoning_tokens else loop)
         self.position = 0
+
+    def _take(self, source: TextSource, start: int, end: int, lo: int, hi: int, tail: str = "") -> str:
+        """The text of positions [start, end) of a reasoning or a content that spans [lo, hi); Qwen3.6 ends a
+        reasoning with the "\n" it writes before </think>."""
+        if self.script.style != "qwen3.6":
+            return source.take(end - start)
+        text = _shaped(source, start, end, lo, hi)
+        return text + tail if end == hi and end > start else text
 
     def advance(self, upto: int) -> list[Piece]:
         trim = self.script.trim
@@ -378,12 +417,11 @@ class ReplyCursor:
         r_end = s.reasoning_tokens
         c_end = r_end + s.content_tokens
         if start < r_end:
-            pieces.append(Piece("reasoning", self._reasoning.take(min(end, r_end) - start)))
+            pieces.append(Piece("reasoning", self._take(self._reasoning, start, min(end, r_end), 0, r_end, "\n")))
         if start < c_end and end > r_end:
             first = max(start, r_end)
-            n = min(end, c_end) - first
             opens = first == r_end and r_end > 0  # this span holds the first content token after thinking
-            text = self._content.take(n - 1) if opens else self._content.take(n)
+            text = self._take(self._content, first + opens, min(end, c_end), r_end + (r_end > 0), c_end)
             pieces.append(Piece("content", "\n\n" + text if opens else text))
         offset = c_end
         for i, call in enumerate(s.tool_calls):
@@ -392,7 +430,7 @@ class ReplyCursor:
             if end <= lo or start >= hi:
                 continue
             if start <= lo:
-                pieces.append(Piece("tool_start", "", i))
+                pieces.append(Piece("tool_start", call.lead, i))
             a = max(start, lo + 1) - lo - 1
             b = min(end, hi) - lo - 1
             if b > a:

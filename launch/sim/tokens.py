@@ -181,6 +181,14 @@ class SimTokenizer:
         ids = self.encode(completion)
         return CompletionIds(ids, self.reasoning_tokens(ids, thinking))
 
+    def text_ids(self, text: str, thinking: bool, stopped: bool) -> CompletionIds:
+        """The ids of a reply given as the text the model wrote (launch.sim.qwen36), with the end-of-turn
+        token when it stopped by itself."""
+        ids = self.encode(text)
+        if stopped and self.eos_id is not None:
+            ids.append(self.eos_id)
+        return CompletionIds(ids, self.reasoning_tokens(ids, thinking))
+
     def _reply_turn(self, turn: dict[str, Any]) -> dict[str, Any]:
         """The reply as an assistant turn. A reply cut by max_tokens inside a tool call has arguments that are
         not JSON yet: SGLang's output ids are simply what it generated, so they are rendered as the text they

@@ -139,6 +139,8 @@ class ChunkWriter:
                 out.append(self._model(content=p.text, usage=usage) if self.tool_parsing
                            else self._lean(content=p.text, usage=usage))
             elif p.phase == "tool_start":
+                if p.text:  # Qwen3.6's text between calls (launch.sim.qwen36): qwen3_coder streams it as content
+                    out.append(self._model(content=p.text, usage=usage))
                 call = script.tool_calls[p.call]
                 out.append(self._model(tool_call={"id": call.id, "index": p.call, "type": "function",
                                                   "function": {"name": call.name, "arguments": ""}}, usage=usage))
@@ -170,7 +172,8 @@ def message(pieces: list[Piece], script: Script, reasoning_field: ReasoningField
     """The assistant message of a whole reply. `strip_before_calls`: the qwen (hermes) tool parser strips the
     text before a call, qwen3_coder keeps it."""
     reasoning = "".join(p.text for p in pieces if p.phase == "reasoning")
-    content = "".join(p.text for p in pieces if p.phase == "content")
+    # Of the text between Qwen3.6's calls, qwen3_coder's whole answer keeps what comes before the first.
+    content = "".join(p.text for p in pieces if p.phase == "content" or (p.phase == "tool_start" and p.call == 0))
     args: dict[int, str] = {}
     for p in pieces:
         if p.phase == "tool_start":
