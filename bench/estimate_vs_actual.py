@@ -3,7 +3,14 @@ how true is the run's ETA over the last 20% of a run, before and after client.co
 
     python bench/estimate_vs_actual.py [--part estimate|eta|both] [--prompts 20000] [--sample 2%] [--servers 2]
         [--max-running 16] [--speed 10] [--tokens-per-chunk 8] [--mean-tokens 100] [--max-tokens 300]
+        [--shape mixed|chat|reasoning|tools] [--tokenizer none|tiny]
         [--eta-prompts 1500] [--eta-mean-tokens 150] [--eta-max-tokens 2000] [--seed 0] [--json]
+
+--shape picks the prompt set and the servers' reply shape: `mixed` (the four sources below, the default),
+`chat` (short chat replies, no tools), `reasoning` (long thinking with a heavy Pareto tail:
+--think-tail-rate 0.3, max_tokens 10x --max-tokens) or `tools` (every prompt offers a tool, most replies
+call it). --tokenizer tiny serves replies in the tiny tokenizer's ids (the simulator's default), where a
+server that paced word pieces but counted ids would throw the estimate off.
 
 Estimate: both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then
 `client.run`) on one fleet of `launch.sim` servers. The actual wall time is the span of the full run's
@@ -49,12 +56,23 @@ TOOL = {"type": "function", "function": {
                    "required": ["city"]}}}
 
 
-def write_prompts(path: Path, count: int) -> Path:
-    """`count` prompts over four sources of unequal size; the tool source offers a tool."""
+# Per --shape: (the sources drawn from, extra flags of the servers, factor on --max-tokens).
+SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {
+    "mixed": (SOURCES, (), 1),
+    "chat": (("chat",), ("--tool-call-rate", "0"), 1),
+    "reasoning": (("chat", "code"), ("--think-tail-rate", "0.3", "--tool-call-rate", "0"), 10),
+    "tools": (("tools",), ("--tool-call-rate", "0.9"), 1),
+}
+
+
+def write_prompts(path: Path, count: int, sources: tuple[str, ...] = SOURCES) -> Path:
+    """`count` prompts over four sources of unequal size (or only `sources`); the tool source offers a tool."""
     with path.open("w") as handle:
         for i in range(count):
             source = SOURCES[0] if i % 10 < 4 else SOURCES[1] if i % 10 < 7 else SOURCES[2] if i % 10 < 9 \
                 else SOURCES[3]
+            if source not in sources:
+                source = sources[i % len(sources)]
             messages: list[dict[str, Any]] = [{"role": "user", "content": f"{source} question {i}: explain {i % 97}."}]
             if source == "multiturn":
                 messages += [{"role": "assistant", "content": "Sure."},
@@ -77,11 +95,11 @@ def run_span(out: Path) -> tuple[float, int, int]:
     return last - first, records, tokens
 
 
-def sim_spec(*, max_running: int, speed: float, tokens_per_chunk: int, mean_tokens: int) -> SimServerSpec:
-    # docs/benchmarks.md's figures were measured on servers without a tokenizer (a token per word piece).
+def sim_spec(*, max_running: int, speed: float, tokens_per_chunk: int, mean_tokens: int,
+             tokenizer: str = "none", extra: tuple[str, ...] = ()) -> SimServerSpec:
     return SimServerSpec(max_running=max_running, speed=speed,
                          extra_args=("--mean-tokens", str(mean_tokens), "--tokens-per-chunk", str(tokens_per_chunk),
-                                     "--log-level", "warning", "--tokenizer", "none"))
+                                     "--log-level", "warning", "--tokenizer", tokenizer, *extra))
 
 
 def machine_busy_s() -> float:
@@ -107,13 +125,14 @@ def own_cpu_s() -> float:
     return total
 
 
-def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_tokens: int, seed: int) -> dict[str, Any]:
+def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_tokens: int, seed: int,
+            sources: tuple[str, ...] = SOURCES) -> dict[str, Any]:
     """Estimate from a sample, then run the whole set, both on the fleet at `urls`; the figures side by side.
 
     `cpu_used_elsewhere` is the share of the machine's CPU that other processes used meanwhile: the
     comparison needs the machine to itself (see docs/estimate.md)."""
     started, busy, ours = time.monotonic(), machine_busy_s(), own_cpu_s()
-    data = write_prompts(work / "prompts.jsonl", prompts)
+    data = write_prompts(work / "prompts.jsonl", prompts, sources)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     endpoints = ",".join(urls)
     started = time.monotonic()
@@ -164,6 +183,8 @@ def main() -> int:
     parser.add_argument("--tokens-per-chunk", type=int, default=8)
     parser.add_argument("--mean-tokens", type=int, default=100)
     parser.add_argument("--max-tokens", type=int, default=300)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="mixed")
+    parser.add_argument("--tokenizer", choices=["none", "tiny"], default="none")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -189,20 +210,23 @@ def main() -> int:
 
 
 def estimate_part(args: argparse.Namespace) -> dict[str, Any]:
+    sources, extra, factor = SHAPES[args.shape]
     spec = sim_spec(max_running=args.max_running, speed=args.speed, tokens_per_chunk=args.tokens_per_chunk,
-                    mean_tokens=args.mean_tokens)
+                    mean_tokens=args.mean_tokens, tokenizer=args.tokenizer, extra=extra)
     with tempfile.TemporaryDirectory(prefix="estimate-bench-") as tmp, \
             SimFleet([spec] * args.servers, seed=args.seed, log_dir=Path(tmp) / "sim-logs") as fleet:
-        return compare(Path(tmp), fleet.urls, prompts=args.prompts, sample=args.sample, max_tokens=args.max_tokens,
-                       seed=args.seed)
+        row = compare(Path(tmp), fleet.urls, prompts=args.prompts, sample=args.sample,
+                      max_tokens=args.max_tokens * factor, seed=args.seed, sources=sources)
+    return {"shape": args.shape, "tokenizer": args.tokenizer, "speed": args.speed, **row}
 
 
 def print_estimate(row: dict[str, Any], seed: int) -> None:
     wall, tokens = row["projected_wall_s"], row["projected_tokens"]
-    print("| seed | projected tokens (90%) | actual tokens | projected wall (90%) | actual wall | error "
-          "| CPU used elsewhere |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {seed} | {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) "
+    print("| shape | tokenizer | speed | seed | projected tokens (90%) | actual tokens | projected wall (90%) "
+          "| actual wall | error | CPU used elsewhere |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| {row['shape']} | {row['tokenizer']} | {row['speed']:g} | {seed} "
+          f"| {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) "
           f"| {row['actual_tokens']:,} | {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
           f"| {row['actual_wall_s']:.1f}s | {row['wall_error']:+.1%} | {row['cpu_used_elsewhere']:.0%} |")
 

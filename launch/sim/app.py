@@ -55,23 +55,32 @@ STATE = web.AppKey("sim_state", SimState)
 
 @dataclasses.dataclass(frozen=True)
 class Tally:
-    """Usage at any point of a reply: the script's positions mapped onto the counted tokens, so running
-    counts grow with the stream and end at the exact totals (the ids' counts with a tokenizer)."""
+    """Usage at any point of a reply, counted in the tokens the reply sends (its ids with a tokenizer, the
+    script's word pieces without): the engine paces and counts the same tokens, so a server's counters, its
+    pace and its usage agree token for token, as a real server's do. `target` is the reply's length in
+    script positions, which the text is cut by; `position` maps sent tokens onto it."""
 
     prompt: int
     completion: int
     reasoning: int
     target: int  # script positions of the whole reply
 
-    def at(self, generated: int) -> dict[str, Any]:
-        if not self.target:
-            return wire.usage(self.prompt, 0, self.reasoning)
-        done = generated * self.completion // self.target
+    @property
+    def tokens(self) -> int:
+        """What the engine generates for this reply (a reply of no ids still takes its script's steps)."""
+        return self.completion if self.completion > 0 else self.target
+
+    def position(self, tokens: int) -> int:
+        """The script position reached once `tokens` of the reply are out (the whole reply at the end)."""
+        return min(self.target, tokens * self.target // self.tokens) if self.tokens else 0
+
+    def at(self, tokens: int) -> dict[str, Any]:
+        done = min(tokens, self.completion)
         return wire.usage(self.prompt, done, min(done, self.reasoning))
 
     @property
     def final(self) -> dict[str, Any]:
-        return self.at(self.target)
+        return wire.usage(self.prompt, self.completion, self.reasoning)
 
 
 class _Prepared:
@@ -192,7 +201,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
     if plan.prompt_ids is not None and plan.output_ids is not None:
         st.book.add(plan.prompt_ids, plan.output_ids, plan.stop_id is not None)
-    ereq = st.engine.submit(plan.target, plan.script.prompt_tokens)
+    ereq = st.engine.submit(plan.tally.tokens, plan.script.prompt_tokens)
     call = _Call(request, st.config, plan, fault, ereq)
     try:
         return await (call.stream() if req.stream else call.complete())
@@ -215,8 +224,9 @@ class _Call:
         self.rid = uuid.uuid4().hex
         self.created = int(time.time())
         self.cursor = ReplyCursor(plan.script)
-        # An empty reply (max_tokens 0) has no stream to break.
-        self.strike = fault.trigger_token(self.target) if fault.kind.mid_stream and self.target else None
+        self.tokens = plan.tally.tokens if self.target else 0  # what the engine paces, in tokens sent
+        # An empty reply (max_tokens 0) has no stream to break; the strike counts tokens sent.
+        self.strike = fault.trigger_token(self.tokens) if fault.kind.mid_stream and self.target else None
 
     def _abort_connection(self) -> None:
         transport = self.request.transport
@@ -240,13 +250,13 @@ class _Call:
             if self.target == 0:
                 resp = await self._open()
                 await resp.write(writer.role())
-            while sent < self.target:
-                upto = min(await self.ereq.wait_beyond(sent), self.target)
-                if self.strike is not None and upto >= self.strike:
-                    upto = max(sent, self.strike)
-                running = tally.at(upto) if req.continuous_usage else None
-                out = writer.pieces(self.cursor.advance(upto), self.script, running)
-                sent = upto
+            while sent < self.tokens:
+                made = min(await self.ereq.wait_beyond(sent), self.tokens)
+                if self.strike is not None and made >= self.strike:
+                    made = max(sent, self.strike)
+                running = tally.at(made) if req.continuous_usage else None
+                out = writer.pieces(self.cursor.advance(tally.position(made)), self.script, running)
+                sent = made
                 if resp is None:
                     resp = await self._open()
                     out.insert(0, writer.role())
@@ -360,6 +370,10 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"X-Prometheus-Format": "0.0.4"})
 
 
+async def sim_clock(request: web.Request) -> web.Response:
+    return json_response(status.clock(request.app[STATE].engine))
+
+
 async def server_info(request: web.Request) -> web.Response:
     return json_response(status.server_info(request.app[STATE].engine))
 
@@ -399,4 +413,5 @@ def build_app(config: SimConfig) -> web.Application:
     r.add_get("/server_info", server_info)
     r.add_get("/get_server_info", server_info)
     r.add_get("/get_model_info", model_info)
+    r.add_get("/sim/clock", sim_clock)
     return app

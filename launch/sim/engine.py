@@ -66,6 +66,9 @@ class RankStats:
     window_start: float = 0.0
     window_tokens: int = 0
     prefill_busy_us: int = 0
+    # The modelled clock: seconds the modelled GPU spent on this rank's steps (at speed 1, whatever the host
+    # did meanwhile); it stands still while the rank is idle. GET /sim/clock reports it.
+    busy_s: float = 0.0
     # SGLang's decode moment sums: steps, batch, step_us, batch^2, batch*step_us, generated tokens.
     decode_moments: list[float] = field(default_factory=lambda: [0.0] * 6)
 
@@ -149,6 +152,7 @@ class Rank:
             self.stats.prompt_tokens += prefill
             decode_s, prefill_s = self._step_seconds(prefill)
             self.stats.prefill_busy_us += int(prefill_s * 1e6)
+            self.stats.busy_s += (decode_s + prefill_s) * self.config.speed
             # Steps follow a schedule rather than sleeping their cost each time: the event loop cannot
             # sleep less than ~1 ms, so at high --speed short steps run back to back to keep the rate.
             next_at += decode_s + prefill_s

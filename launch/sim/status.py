@@ -75,6 +75,19 @@ def loads(engine: Engine, dp_rank: int | None = None) -> dict[str, Any]:
     }
 
 
+def clock(engine: Engine) -> dict[str, Any]:
+    """GET /sim/clock (the simulator's own route, no SGLang one): the modelled clock, the time the modelled
+    GPU spent on the steps so far at speed 1, per DP rank and for the server (the mean of its ranks, which
+    run side by side), with the tokens generated and prefilled. A load on the host slows the wall clock of
+    a run but not this one, so a rate over it is the modelled GPU's."""
+    ranks = [{"dp_rank": r.index, "busy_s": r.stats.busy_s, "generation_tokens": r.stats.generation_tokens,
+              "prompt_tokens": r.stats.prompt_tokens} for r in engine.ranks]
+    return {"busy_s": sum(r.stats.busy_s for r in engine.ranks) / len(engine.ranks),
+            "generation_tokens": sum(r.stats.generation_tokens for r in engine.ranks),
+            "speed": engine.config.speed, "accelerator": engine.config.accelerator,
+            "monotonic": time.monotonic(), "time": time.time(), "ranks": ranks}
+
+
 def legacy_load(engine: Engine) -> list[dict[str, Any]]:
     ts = time.perf_counter()
     out = []
