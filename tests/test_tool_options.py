@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from client.core.entry import run_tool
 from tests.conftest import REPO, make_prompts
 from tests.results_fixture import result, write_segment
 
@@ -18,8 +19,9 @@ Main = Callable[[Sequence[str] | None], int]
 
 
 def _main(tool: str) -> Main:
-    module = __import__(f"client.{tool}.main", fromlist=["main"])
-    main: Main = module.main
+    """The tool as its `python -m` runs it: its main behind the one entry that maps errors onto codes."""
+    def main(argv: Sequence[str] | None) -> int:
+        return run_tool(f"client.{tool}.main", "stopped", argv)
     return main
 
 
@@ -74,10 +76,11 @@ OPTION_CASES: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
     ("run", RUN_EP, ("--sim-arg=--fail-500",), "--sim-arg is passed to the simulated servers: it needs --simulate N"),
     ("run", RUN, ("--s3-gzip",), "need --s3 s3://BUCKET/PREFIX"),
     ("run", RUN, ("--preserve-thinking",), "--preserve-thinking keeps the reasoning"),
-    ("estimate", ESTIMATE, ("--gpus", "0"), "argument --gpus: must be at least 1, got 0"),
+    ("estimate", ESTIMATE, ("--gpus", "0"), "argument --gpus: must be a GPU count from 1 to 1000000, got 0"),
     ("estimate", ESTIMATE, ("--max-tokens", "0"), "argument --max-tokens: must be at least 1, got 0"),
-    ("estimate", ESTIMATE, ("--rounds", "0"), "argument --rounds: must be at least 1, got 0"),
-    ("estimate", ESTIMATE, ("--what-if-gpus", "0,2"), "argument --what-if-gpus: expected positive integers"),
+    ("estimate", ESTIMATE, ("--rounds", "0"), "argument --rounds: must be a count of rounds from 1 to 1000000, got 0"),
+    ("estimate", ESTIMATE, ("--what-if-gpus", "0,2"),
+     "argument --what-if-gpus: expected GPU counts from 1 to 1,000,000"),
     ("estimate", ESTIMATE, ("--what-if-max-tokens", "-1"), "argument --what-if-max-tokens: expected"),
     ("estimate", ESTIMATE_EP, ("--sample", "0"), "argument --sample: expected a count such as 400"),
     ("estimate", ESTIMATE_EP, ("--sample", "150%"), "argument --sample: expected a count such as 400"),
