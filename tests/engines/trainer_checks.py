@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from client.export.render import ChatTokenizer
+from launch.sim.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
+from launch.sim.tiny_tokenizer import tiny_tokenizer_dir as template_tokenizer_dir
 from tests.conftest import REPO, read_results
-from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 Row = dict[str, Any]
 
@@ -32,23 +33,25 @@ CONTENT_PARTS = [
     for i in range(6)]
 
 
-def _run(out: Path, prompts: Path, *extra: str) -> None:
+def _run(out: Path, prompts: Path, *extra: str, chat_template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE) -> None:
     command = [sys.executable, "-m", "client.run", "--plain", "--simulate", "2", "--sim-speed", "400",
-               f"--sim-arg=--tokenizer={tiny_tokenizer_dir()}", "--sim-arg=--mean-tokens=150", "--token-ids", "on",
+               f"--sim-arg=--tokenizer={template_tokenizer_dir(chat_template=chat_template)}",
+               f"--sim-arg=--chat-template={chat_template}", "--sim-arg=--mean-tokens=150", "--token-ids", "on",
                "--max-tokens", "300",
                "--prompts", str(prompts), "--out", str(out), *extra]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def make_runs(root: Path) -> dict[str, Path]:
-    """The two simulated runs the trainers are held to, `--turns last` and `--turns all`, under `root`."""
+def make_runs(root: Path, chat_template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE) -> dict[str, Path]:
+    """The two simulated runs the trainers are held to, `--turns last` and `--turns all`, under `root`, the
+    simulated fleet playing `chat_template`'s model with its template in the tiny tokenizer."""
     root.mkdir(parents=True, exist_ok=True)
     prompts = root / "prompts.jsonl"
     prompts.write_bytes(SAMPLE.read_bytes() + b"".join(json.dumps(p).encode() + b"\n" for p in CONTENT_PARTS))
     made = {"last": root / "last", "all": root / "all"}
-    _run(made["last"], prompts)
-    _run(made["all"], prompts, "--turns", "all")
+    _run(made["last"], prompts, chat_template=chat_template)
+    _run(made["all"], prompts, "--turns", "all", chat_template=chat_template)
     return made
 
 
