@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
+from client.core.errors import LoadFormatError
 from client.fleet.balancer import EndpointLoad, estimated_load, pick_endpoint, target_depth
-from client.wire.loads import LoadFormatError, ServerLoad, parse_get_load, parse_metrics, parse_v1_loads
+from client.wire.loads import ServerLoad, parse_get_load, parse_metrics, parse_v1_loads
 
 LoadParser = Callable[[bytes], ServerLoad]
 

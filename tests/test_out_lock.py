@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from client.local.lock import LOCK_FILE, Holder, OutLocked, hold_out_lock
+from client.core.errors import OutLocked
+from client.local.lock import LOCK_FILE, Holder, hold_out_lock
 from launch.sim.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client, wait_for_records
 

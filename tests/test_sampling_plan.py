@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, PlanError
 from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
-from client.core.plan_file import INLINE, PlanError, read_plan
+from client.core.plan_file import INLINE, read_plan
 from client.core.records import Prompt
 from client.core.sampling_plan import SamplingPlan, pick, single
 from client.fleet.preflight import check_plan_fit

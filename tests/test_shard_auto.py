@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
-from client.core.errors import ConfigError, ManifestConflict
+from client.core.errors import ConfigError, ManifestConflict, ShardEnvError
 from client.core.ids import shard_of
-from client.core.shard_env import ShardChoice, ShardEnvError, shard_from_env
+from client.core.shard_env import ShardChoice, shard_from_env
 from client.run.shard_auto import resolve_shard
 from client.s3.lease import check_shard_counts
 from client.s3.manifest import Manifest, manifest_key

@@ -79,6 +79,22 @@ class ManifestConflict(ConfigError):
     """Another writer with the same host and shard is writing this manifest."""
 
 
+class OutLocked(ConfigError):
+    """Another live client holds the lock on this --out."""
+
+
+class ShardEnvError(ConfigError, ValueError):
+    """The environment does not say which shard this is; the message says what to give."""
+
+
+class PlanError(ConfigError, ValueError):
+    """A sampling plan that cannot be used: the message names the source, the key and the problem."""
+
+
+class LoadFormatError(ConfigError, ValueError):
+    """A server's load document does not have the expected shape."""
+
+
 class S3Error(RegenError):
     """An S3 call failed. `code` is S3's error code when it answered, else ''."""
 
@@ -93,6 +109,10 @@ class S3Unavailable(S3Error):
 
 class S3Conflict(S3Error):
     """A conditional write (If-Match / If-None-Match) did not hold."""
+
+
+class SegmentTooLarge(S3Error):
+    """The segment's body is over what one PUT takes, and the store refuses multipart uploads."""
 
 
 class InputError(RegenError):

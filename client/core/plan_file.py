@@ -32,12 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from client.core.errors import ConfigError
+from client.core.errors import PlanError
 from client.core.sampling_plan import PLAN_FIELDS, Rule, SamplingPlan, SamplingSettings, Setting
-
-
-class PlanError(ConfigError, ValueError):
-    """A sampling plan that cannot be used: the message names the source, the key and the problem."""
 
 
 def _number(value: Any) -> bool:

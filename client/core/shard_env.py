@@ -21,13 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from client.core.errors import ConfigError
+from client.core.errors import ShardEnvError
 
 COUNT_ENV = "REGEN_SHARD_COUNT"
-
-
-class ShardEnvError(ConfigError, ValueError):
-    """The environment does not say which shard this is; the message says what to give."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,14 +24,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from client.core.errors import AttemptError, ConnectFailed, RequestRejected, StreamDropped
+from client.core.errors import AttemptError, ConnectFailed, LoadFormatError, RequestRejected, StreamDropped
 from client.core.options import DEFAULT_CIRCUIT_FAILURES
 from client.core.stats import EndpointLive
 from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint, target_depth
 from client.fleet.device import Device, parse_device
 from client.fleet.readiness import NO_HEALTH_ROUTE, probe
 from client.wire.endpoint import Endpoint
-from client.wire.loads import LOAD_SOURCES, LoadFormatError, ServerLoad
+from client.wire.loads import LOAD_SOURCES, ServerLoad
 
 
 class Health(enum.StrEnum):

@@ -30,14 +30,10 @@ from typing import BinaryIO
 
 import orjson
 
-from client.core.errors import ConfigError, map_write_error
+from client.core.errors import ConfigError, OutLocked, map_write_error
 
 LOCK_FILE = ".lock"
 _NAME_WAIT_STEPS, _NAME_WAIT_S = 20, 0.05
-
-
-class OutLocked(ConfigError):
-    """Another live client holds the lock on this --out."""
 
 
 @dataclass(frozen=True, slots=True)

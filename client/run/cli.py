@@ -19,6 +19,7 @@ from argchecks import (
     positive_int,
 )
 from argchecks.parser import ToolParser
+from client.core.errors import PlanError
 from client.core.options import (
     DEFAULT_CIRCUIT_FAILURES,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -32,7 +33,7 @@ from client.core.options import (
     simulated_servers,
 )
 from client.core.payload import SamplingSettings
-from client.core.plan_file import PlanError, read_plan
+from client.core.plan_file import read_plan
 from client.core.sampling_plan import CARD
 from client.fleet.options import FleetConfig, add_network_options, network_from
 from client.fleet.preflight import COMPAT_CHOICES

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from client.core.errors import ConfigError
-from client.core.shard_env import ShardEnvError, shard_from_env
+from client.core.errors import ConfigError, ShardEnvError
+from client.core.shard_env import shard_from_env
 from client.local.source import Shard
 
 

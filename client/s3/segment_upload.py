@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from client.core.errors import SegmentTooLarge
 from client.core.ids import decode_ledger
 from client.local.sink import ClosedSegment
 from client.s3.manifest import SegmentEntry, encode_ids, ids_key, multipart_etag, same_etag, segment_key, single_etag
@@ -49,10 +50,6 @@ class PendingSegment:
     def from_closed(cls, segment: ClosedSegment) -> PendingSegment:
         return cls(segment.path.stem, segment.path, segment.ids_path, segment.records, segment.size,
                    segment.completion_tokens, time.time())
-
-
-class SegmentTooLarge(S3Error):
-    """The segment's body is over what one PUT takes, and the store refuses multipart uploads."""
 
 
 class BodyReader:

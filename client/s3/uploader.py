@@ -28,11 +28,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from client.core.errors import ManifestConflict, RegenError
+from client.core.errors import ManifestConflict, RegenError, SegmentTooLarge
 from client.core.stats import SyncView
 from client.local.sink import ClosedSegment
 from client.s3.manifest import Manifest, manifest_key, same_etag, single_etag
-from client.s3.segment_upload import SINGLE_PUT_LIMIT, PendingSegment, SegmentPut, SegmentTooLarge
+from client.s3.segment_upload import SINGLE_PUT_LIMIT, PendingSegment, SegmentPut
 from client.s3.shard_lease import ShardLease
 from client.s3.store import S3AccessError, S3Conflict, S3Error, S3Store, describe_error
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from client.core.errors import ConfigError
+from client.core.errors import LoadFormatError
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +26,6 @@ class ServerLoad:
     gen_throughput: float | None = None
     generation_tokens_total: float | None = None
     accept_length: float | None = None  # MTP/speculative: mean tokens per verify step, over the ranks
-
-
-class LoadFormatError(ConfigError, ValueError):
-    """The document does not have the expected shape."""
 
 
 def parse_v1_loads(body: bytes) -> ServerLoad:
