@@ -284,7 +284,9 @@ class SegmentUploader:
 
     async def _renew_and_put(self, *, clean: bool = False) -> None:
         if self.lease is not None:
-            await self.lease.renew()
+            retaken = await self.lease.renew()
+            if retaken:
+                self.note(retaken)
         await self._put_manifest(clean=clean)
 
     async def _put_manifest(self, *, clean: bool) -> None:
