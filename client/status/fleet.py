@@ -8,15 +8,15 @@ writer's upload times and start are measured against that writer's own "now", it
 15 minutes ahead or behind has the rate it has, and the reader's clock stands in only where S3 dates
 nothing. Each writer's rate is its own; a shard's is the sum of its writers'.
 
-A shard is **stale** when its newest writer says "running" but has not rewritten its manifest (the
-uploader's heartbeat, once per sync interval) for `stale_after` sync intervals plus a minute: its client is gone without saying so (a killed node, a lost
-pod). How long ago a manifest was rewritten is read on S3's clock (`Manifest.age_s`, the same rule the
-client's lease uses, client.s3.lease), so neither the writer's clock nor this host's can make a live
-writer look stale; only a manifest read without S3's dates falls back to its own `updated`. A shard is
-**complete** when nothing of it remains (with --prompts), else when its newest writer
+A shard is **stale** when its newest writer says "running" but has not rewritten its manifest (the uploader's
+heartbeat, once per sync interval) for `stale_after` sync intervals plus a minute: its client is gone without
+saying so (a killed node, a lost pod). How long ago a manifest was rewritten is read on S3's clock
+(`Manifest.age_s`, the same rule the client's lease uses, client.s3.lease), so neither the writer's clock nor
+this host's can make a live writer look stale; only a manifest read without S3's dates falls back to its own
+`updated`. A shard is **complete** when nothing of it remains (with --prompts), else when its newest writer
 finished with no failure. Shards that the shard counts in use expect but no manifest names are listed as
-missing (not started yet, or never). The fleet line adds the totals and the ETA: what remains over the
-summed rates of the shards still running (and not stale).
+missing (not started yet, or never). The fleet line adds the totals and the ETA: what remains over the summed
+rates of the shards still running (and not stale).
 """
 
 from __future__ import annotations
