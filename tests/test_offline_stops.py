@@ -6,6 +6,11 @@ export left OUT.part behind), and a full disk during an export gives exit 4, one
 
 Each stop is sent once the tool has opened the run's segment (its file descriptor is in /proc), so it
 lands while the tool works, whatever the machine's speed; the segment is large enough to take a while.
+
+A double Ctrl-C in the export (pressed twice, a few ms apart) is two real SIGINTs raised in the tool's own
+process at the two moments that matter, whatever the machine's speed: the first while rows are written,
+the second while the clean-up closes OUT.part (before, the second skipped the removal and OUT.part stayed,
+while the tool said nothing partial was left).
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
+from client.core.entry import run_tool
+from client.export import build
 from tests.conftest import REPO
 from tests.test_export import cases
 from tests.tokenizer_fixture import tiny_tokenizer_dir
@@ -97,4 +105,54 @@ def test_no_room_during_an_export_is_exit_4_and_leaves_nothing(tmp_path: Path, b
     assert done.returncode == 4, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert f"error: no room to write {out}" in done.stderr and "free space and run the export again" in done.stderr
+    assert not out.exists() and not out.with_name(out.name + ".part").exists()
+
+
+class _PressedTwice:
+    """The real writer, with a Ctrl-C (a real SIGINT, in this process) after some rows, and another as the
+    clean-up that the first one started closes the file."""
+
+    def __init__(self, inner: build.Writer) -> None:
+        self.inner = inner
+        self.rows = 0
+        self.closing = 0
+
+    def add(self, *row: Any) -> None:
+        self.inner.add(*row)
+        self.rows += 1
+        if self.rows == 50:
+            signal.raise_signal(signal.SIGINT)
+
+    def close(self) -> None:
+        self.closing += 1
+        signal.raise_signal(signal.SIGINT)
+        self.inner.close()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "specforge-tokenized"])
+def test_a_double_ctrl_c_in_the_export_leaves_no_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    run = tmp_path / "run"
+    (run / "segments").mkdir(parents=True)
+    plain = cases()[0]
+    (run / "segments" / "host-0of1-run-00001.jsonl").write_bytes(
+        b"".join(orjson.dumps({**plain, "id": f"r{i:06d}"}) + b"\n" for i in range(200)))
+    out = tmp_path / "train.out"
+    opened: list[_PressedTwice] = []
+    real_open = build.open_writer
+
+    def open_writer(*args: Any) -> build.Writer:
+        opened.append(_PressedTwice(real_open(*args)))
+        return opened[-1]
+
+    monkeypatch.setattr(build, "open_writer", open_writer)
+    code = run_tool("client.export.main", "OUT was not written (nothing partial is left): run the export again",
+                    [str(run), "--tokenizer", str(tiny_tokenizer_dir()), "--format", fmt, "--out", str(out),
+                     "--row-group-size", "1000"])
+    [writer] = opened
+    assert (writer.rows, writer.closing) == (50, 1), "both presses landed where they should"
+    assert code == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("stopped by Ctrl-C or SIGTERM; OUT was not written")
+    assert "Traceback" not in err
     assert not out.exists() and not out.with_name(out.name + ".part").exists()

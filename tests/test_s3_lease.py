@@ -3,7 +3,8 @@ host), is refused at start with exit 2 and one line; a writer that is gone (its 
 machine, or no heartbeat stored for two sync intervals plus a minute) is taken over and said. Liveness is
 judged on S3's clock (S3's Date minus the object's LastModified), never by comparing two hosts' clocks: a
 writer whose clock is 15 minutes slow is live while S3 keeps storing its heartbeats, for the client and
-for `client.status` alike. The shard's lease object settles two clients that start at once.
+for `client.status` alike. The shard's lease object settles two clients that start at once; one that is
+not a lease at all (damaged) is nobody's claim, at start and for the live writer alike.
 
 Time passing on S3 is S3's clock moved ahead for the test's own prefix (tests/s3_server.py)."""
 
@@ -256,3 +257,56 @@ def test_a_live_lease_of_the_shard_refuses_the_start(tmp_path: Path, fleet_facto
     again = run_client([*common, "--shard", "0/2", "--out", str(tmp_path / "a")], timeout=120)
     assert again.code == 0, again.stderr[-2000:]
     assert "taking over shard 0/2 from writer node-b-0of2" in again.stderr
+
+
+# -- a lease object that is not a lease --------------------------------------------------------------
+
+async def test_a_garbage_lease_is_taken_back_by_its_live_writer(s3: S3Server, s3_prefix: str) -> None:
+    key = f"{s3_prefix}/{lease_key('0/2')}"
+    async with S3Store(S3Url.parse(f"s3://{BUCKET}/{s3_prefix}"), endpoint_url=s3.url) as store:
+        a = ShardLease(store, record("node-a"), alive=lambda pid: True)
+        assert await a.claim() is None
+        s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"\x00not a lease{")
+        # Nobody claims the shard with it: as at the start, it is taken over, here by the live writer.
+        said = await a.renew()
+        assert said is not None and "took back the lease" in said and "not a readable lease" in said
+        stored = orjson.loads(s3.get(BUCKET, key))
+        assert (stored["writer"], stored["state"]) == ("node-a-0of2", "running")
+        assert await a.renew() is None  # an ordinary heartbeat again
+        b = ShardLease(store, record("node-b"), alive=lambda pid: True)
+        with pytest.raises(ManifestConflict, match="by writer node-a-0of2"):
+            await b.claim()
+
+
+@pytest.mark.slow
+def test_a_garbage_lease_does_not_stop_a_running_client(tmp_path: Path, fleet_factory: Any, s3: S3Server,
+                                                        s3_prefix: str) -> None:
+    fleet = fleet_factory([SimServerSpec(max_running=8, speed=8.0, extra_args=("--mean-tokens", "120"))] * 2)
+    prompts = make_prompts(tmp_path / "p.jsonl", 120)
+    key = f"{s3_prefix}/{lease_key('0/1')}"
+    proc = subprocess.Popen(client_command(["--endpoints", ",".join(fleet.urls), "--prompts", str(prompts),
+                                            "--out", str(tmp_path / "out"), "--s3", f"s3://{BUCKET}/{s3_prefix}",
+                                            "--s3-endpoint-url", s3.url, "--sync-interval", "1"]),
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: bool(s3.keys(BUCKET, key)), "the client to claim its lease", proc=proc)
+        s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"{garbage")
+
+        def retaken() -> bool:
+            try:
+                return bool(orjson.loads(s3.get(BUCKET, key))["writer"])
+            except (orjson.JSONDecodeError, KeyError):
+                return False
+
+        wait_until(retaken, "the running client to take its lease back", timeout=60, proc=proc)
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr[-3000:]
+    [line] = [text for text in stderr.splitlines() if "took back the lease" in text]
+    assert line.startswith("s3: took back the lease") and "shard 0/1" in line
+    assert "taken over" not in stderr
+    assert sorted(r["id"] for r in read_results(tmp_path / "out")) == [f"p{i:06d}" for i in range(120)]
+    assert orjson.loads(s3.get(BUCKET, key))["state"] == "released"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def test_rate_eta_and_completeness_with_prompts() -> None:
     ]
     prompts = (10_000, {2: Counter({0: 5000, 1: 5000})})
     status = summarize(manifests, prompts, now=NOW)
-    rates = {r.shard: round(r.rate(NOW), 6) for r in status.rows}
+    rates = {r.shard: round(r.rate(), 6) for r in status.rows}
     assert rates == {"0/2": 0.1, "1/2": 0.2}
     assert status.done == 1480 and status.remaining == 8520
     assert status.eta_s == pytest.approx(8520 / 0.3)
@@ -104,6 +105,44 @@ def test_stale_is_judged_on_s3_clock() -> None:
     status = summarize([slow, fast], None, now=NOW)
     assert [r.shard for r in status.stale()] == ["1/2"]
     assert [round(r.age(NOW)) for r in status.rows] == [20, 3600]
+
+
+@pytest.mark.parametrize("skew", [-900.0, 0.0, 900.0], ids=["15-min-behind", "on-time", "15-min-ahead"])
+def test_rate_is_the_writers_own_whatever_its_clock(skew: float) -> None:
+    # 600 records in the 10 minutes since it started, by its own clock; S3 stored its manifest 10 s ago.
+    m = manifest("0/1", "a", "running", updated_ago=10 - skew, started_ago=600 - skew,
+                 records=((300, 310 - skew), (300, 10 - skew)))
+    m.age_s = 10.0
+    status = summarize([m], (1200, {1: Counter({0: 1200})}), now=NOW)
+    assert status.rate == pytest.approx(1.0)
+    assert status.eta_s == pytest.approx(600.0)
+
+
+def skewed_manifest(shard: str, host: str, skew: float) -> bytes:
+    """A running writer whose clock is `skew` seconds off: it started 10 minutes ago and uploaded 600
+    records since, all by its own clock, and S3 stores its manifest now."""
+    m = Manifest(writer=f"{host}-{shard.replace('/', 'of')}", host=host, shard=shard, state="running",
+                 sync_interval_s=60.0, machine=f"{host}/0", pid=1)
+    blob = orjson.loads(m.to_json())
+    at = blob["updated"] + skew
+    blob["updated"], blob["started"] = at, at - 600
+    blob["segments"] = [asdict(segment(f"{host}-{i}", 300, at - 300 * (1 - i))) for i in range(2)]
+    return orjson.dumps(blob)
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_a_writer_15_minutes_ahead_has_its_true_rate(s3: S3Server, s3_prefix: str, tmp_path: Path) -> None:
+    for shard, host, skew in (("0/2", "ahead", 900.0), ("1/2", "ontime", 0.0)):
+        s3.client().put_object(Bucket=BUCKET, Key=f"{s3_prefix}/manifests/{host}-{shard.replace('/', 'of')}.json",
+                               Body=skewed_manifest(shard, host, skew))
+    prompts = make_prompts(tmp_path / "p.jsonl", 4000)
+    code, doc, stderr = status_cli(s3, s3_prefix, "--prompts", str(prompts))
+    assert code == 0, stderr
+    rates = {row["shard"]: row["rate_per_s"] for row in doc["shards"]}
+    # 600 records over the 10 minutes (and the few seconds S3 has held the manifests since) of each writer.
+    assert rates["0/2"] == pytest.approx(1.0, rel=0.05) and rates["1/2"] == pytest.approx(1.0, rel=0.05)
+    assert doc["totals"]["rate_per_s"] == pytest.approx(2.0, rel=0.05)
+    assert doc["totals"]["eta_s"] == pytest.approx((4000 - 1200) / 2.0, rel=0.05)
 
 
 def status_cli(server: S3Server, prefix: str, *extra: str) -> tuple[int, dict[str, Any], str]:

@@ -5,7 +5,8 @@
 Ctrl-C and SIGTERM end the tool with one line and exit 130, never a traceback, whether they come while its
 modules load or while it works (a KeyboardInterrupt raised with a message says that message instead). What
 a stop leaves behind is the tool's own business: the export removes its OUT.part in the `finally` that the
-interrupt runs through. A full disk is 4 wherever it is met: a file, or stdout itself (`> /dev/full`).
+interrupt runs through, with a second Ctrl-C held off until it is gone (`interrupts_held`). A full disk
+is 4 wherever it is met: a file, or stdout itself (`> /dev/full`).
 
 A dependency missing when the tool's modules load (a `python` outside the project's venv) is one line that
 says to activate the venv, and exit 2 (`missing_dependency`). Only standard-library imports and the
@@ -13,10 +14,13 @@ project's own stdlib-only core here: this module must load in any Python."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import FrameType
 
 from client.core.errors import RegenError
 from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE, code_for, message_for
@@ -33,6 +37,28 @@ def missing_dependency(exc: ModuleNotFoundError, tool: str) -> str | None:
     return (f"error: {tool} cannot start: this Python ({sys.executable}) has no module named '{exc.name}'. "
             "Activate the project's venv first (. .venv/bin/activate), or install the project into this "
             "Python (pip install -e '.[sim,export]').")
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM wait while the block runs: a clean-up that the first stop started (removing a
+    partial file) must not be cut short by the second, pressed a moment later. The signals that came are
+    listed; the handlers in place before are back after. Outside the main thread (where Python takes no
+    signal handler) it holds nothing."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+
+    def note(sig: int, frame: FrameType | None) -> None:
+        came.append(sig)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield came
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _say(line: str) -> None:

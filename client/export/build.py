@@ -17,12 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from client.core.entry import interrupts_held
 from client.core.ids import id_hash
 from client.export import fidelity
 from client.export.formats import DEFAULT_FORMAT, FORMATS
 from client.export.render import ChatTokenizer, RenderError, Tokens, has_exact_ids, render_record
 from client.export.rows import ENDED_BY_ITSELF, Conversations, Sample, Turn, Window
-from client.export.writers import open_writer
+from client.export.writers import Writer, open_writer
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import usage_int
 
@@ -252,6 +253,20 @@ class _Pass:
                 and template.mismatch_share > self.options.max_template_mismatch)
 
 
+def _discard(writer: Writer, part: Path) -> None:
+    """Close and remove OUT.part. A second Ctrl-C or SIGTERM (people press twice) waits until it is gone: the
+    first already stops the export, and the second must not skip the removal; the inner `finally` covers
+    one that came before the hold. Closing a writer whose file already failed raises again (pyarrow:
+    "Operation on closed file"); the first error is the one."""
+    with interrupts_held():
+        try:
+            with contextlib.suppress(Exception):
+                writer.close()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                part.unlink()
+
+
 def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
            s3_endpoint_url: str | None = None) -> ExportReport:
     """Write OUT from the results at `location`; the report says what was written, left out and why."""
@@ -267,12 +282,8 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
         finished = not run.report.without_ids and not run.report.template_refused
         run.writer.close()
     except BaseException:
-        # A full disk, Ctrl-C or SIGTERM: no partial OUT.part is left to fill the disk. Closing a writer whose
-        # file already failed raises again (pyarrow: "Operation on closed file"); the first error is the one.
-        with contextlib.suppress(Exception):
-            run.writer.close()
-        with contextlib.suppress(FileNotFoundError):
-            part.unlink()
+        # A full disk, Ctrl-C or SIGTERM: no partial OUT.part is left to fill the disk.
+        _discard(run.writer, part)
         raise
     if finished:
         os.replace(part, out)

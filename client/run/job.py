@@ -287,7 +287,8 @@ class Run:
         if metrics is not None:
             companions.append(lambda: metrics.publish(snapshot))
         if uploader is not None:
-            companions.append(uploader.run)
+            # Two companions: the heartbeat must never wait behind a slow segment upload.
+            companions.extend((uploader.run, uploader.heartbeat))
 
         def announce() -> None:
             say(f"\nstopping: no new requests; waiting up to {self.cfg.grace:.0f}s for those in flight "

@@ -7,9 +7,11 @@ at the same moment.
 another name refuses the start. `claim` takes it once the start can no longer be refused otherwise:
 created with `If-None-Match: *`, or taken over from a holder that is gone with `If-Match` its ETag; a
 claim that loses a race reads the lease again and is judged again, so of two clients starting at once
-one runs and the other is refused (ManifestConflict, exit 2). Every manifest write renews it (`If-Match`
+one runs and the other is refused (ManifestConflict, exit 2). Every heartbeat renews it (`If-Match`
 the ETag last stored): a writer whose lease was taken over, judged gone while its heartbeats could not
-reach S3, stops instead of writing on beside the new holder. The final manifest write releases it, so
+reach S3, stops instead of writing on beside the new holder. A lease object that is not a lease any more
+(damaged, written by hand) is nobody's claim: the live writer takes it back and says so, as a client
+starting on the shard would. The final manifest write releases it, so
 the shard is free at once. Liveness is judged on S3's clock (client.s3.lease).
 
 A store without conditional writes (NotImplemented) gets plain PUTs: the checks at start still hold,
@@ -131,10 +133,11 @@ class ShardLease:
                                f"this client {_CLAIM_ROUNDS} times while it tried to take it: several clients "
                                "are starting on this shard; run one of them")
 
-    async def renew(self) -> None:
-        """The heartbeat: rewrite the lease if it is still ours; ManifestConflict when it was taken over."""
+    async def renew(self) -> str | None:
+        """The heartbeat: rewrite the lease if it is still ours; ManifestConflict when it was taken over.
+        A line to show when the lease had to be taken again (it was deleted, or is not a lease any more)."""
         if not self.held:
-            return
+            return None
         try:
             await self._put(if_match=self._etag)
         except S3Conflict:
@@ -143,9 +146,17 @@ class ShardLease:
                 self._etag = current.etag  # our own write, whose reply was lost
                 return await self.renew()
             self.held = False
-            holder = LeaseRecord.read(current) if current is not None else None
-            who = (f"writer {holder.writer} (host {holder.host}, pid {holder.pid}, run {holder.run or '?'})"
-                   if holder is not None else "another client")
+            if current is None:  # deleted since: take it again as at the start (or be refused)
+                return await self.claim()
+            holder = LeaseRecord.read(current)
+            if holder is None:
+                # Not a lease (damaged, or written by hand): it is no other client's claim, and at the
+                # start the same object is taken over (`_judge`); so this writer takes it back, and says so.
+                self._etag, self.held = current.etag, True
+                await self.renew()
+                return (f"took back the lease {self.store.url}{self.key} of shard {self.mine.shard}: it had been "
+                        "overwritten by something that is not a readable lease, which no client holds")
+            who = f"writer {holder.writer} (host {holder.host}, pid {holder.pid}, run {holder.run or '?'})"
             raise ManifestConflict(
                 f"the lease of shard {self.mine.shard} on {self.store.url} was taken over by {who}: this "
                 "writer's heartbeats did not reach S3 in time and it was judged gone. It stops, so that the "
@@ -155,7 +166,8 @@ class ShardLease:
             if exc.code not in MISSING_KEY_CODES:
                 raise
             self.held = False  # someone deleted it: take it again as at the start (or be refused)
-            await self.claim()
+            return await self.claim()
+        return None
 
     async def release(self) -> None:
         """At the end: mark the lease released (the shard is free at once); a failure only leaves it to lapse."""

@@ -15,7 +15,12 @@ reason, and the segments behind it go on.
 The manifest is written with a conditional PUT (If-Match the ETag we last wrote), so a second client
 using the same writer name (same host and shard) is caught instead of silently overwriting ours. With a
 shard lease (client.s3.shard_lease), `register` claims it first, each manifest write while running renews
-it (the heartbeat both are judged live by), and the final one releases it.
+it, and the final one releases it.
+
+The heartbeat (`heartbeat`, a companion of its own beside `run`, and beside the final drain) renews the
+lease and rewrites the manifest once per sync interval on its own timer, never behind a data upload: a
+segment PUT held for longer than the lease lasts must not let a second client judge this writer gone.
+Manifest writes (and so lease writes) go one at a time, under one lock; a data upload never holds it.
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ class SegmentUploader:
         self._unreadable: list[str] = []
         self._too_large: list[str] = []
         self._dirty = False
+        self._manifest_lock = asyncio.Lock()  # the heartbeat's writes and the uploads' go one at a time
         self._final_state = ""
         self._failures = 0
         self._wake = asyncio.Event()
@@ -152,14 +158,7 @@ class SegmentUploader:
             if self.fatal is not None:
                 raise self.fatal
             if not self._pending and not self._dirty:
-                try:
-                    async with asyncio.timeout(self.heartbeat_s):
-                        await self._wake.wait()
-                except TimeoutError:
-                    # The heartbeat: a fresh `updated` tells a second writer of this name that this one
-                    # lives (client.s3.lease), even while no segment closes.
-                    self._dirty = True
-                    continue
+                await self._wake.wait()
                 self._wake.clear()
                 continue
             await self._work()
@@ -167,6 +166,35 @@ class SegmentUploader:
     @property
     def heartbeat_s(self) -> float:
         return self.manifest.sync_interval_s if self.manifest.sync_interval_s > 0 else 60.0
+
+    async def heartbeat(self) -> None:
+        """Runs until cancelled (a companion of the swarm, beside `run`): once per sync interval, renew the
+        lease and rewrite the manifest, so that a second client of this name or shard sees this writer
+        live (client.s3.lease) even while one segment upload takes longer than the lease lasts. A lease
+        taken over meanwhile is raised (ManifestConflict), which ends the swarm's TaskGroup with it."""
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            await self.beat()
+
+    async def beat(self) -> None:
+        """One heartbeat; a failure to reach S3 is shown and tried again at the next one."""
+        if self.fatal is not None:
+            raise self.fatal
+        try:
+            async with self._manifest_lock:
+                # Once the run has ended, the final manifest write (and the lease's release) is the
+                # uploads' own: a heartbeat then would only race it.
+                if self.manifest.state == "running":
+                    await self._renew_and_put()
+        except ManifestConflict as exc:
+            self.fatal = exc
+            self._wake.set()  # `run` raises it too, whichever the TaskGroup hears first
+            raise
+        except (S3Error, S3AccessError) as exc:
+            self.last_error = describe_error(exc)
+        except Exception as exc:
+            # As in `_work`: a sync hiccup must not end a days-long run; the console shows it.
+            self.last_error = describe_error(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
     async def drain(self, timeout_s: float, *, state: str, skip: asyncio.Event | None = None) -> SyncReport:
         """At the end of the run: upload what is pending for at most `timeout_s` (or until `skip` is set),
@@ -179,10 +207,17 @@ class SegmentUploader:
                 watchers = [group.create_task(asyncio.sleep(timeout_s))]
                 if skip is not None:
                     watchers.append(group.create_task(_wait_for(skip)))
+                # The last uploads may be slow too: the lease must not lapse behind them.
+                beating = group.create_task(self._beat_quietly())
                 await asyncio.wait([work, *watchers], return_when=asyncio.FIRST_COMPLETED)
-                for task in (work, *watchers):
+                for task in (work, *watchers, beating):
                     task.cancel()
         return self.report()
+
+    async def _beat_quietly(self) -> None:
+        """The heartbeat during the drain: a conflict is kept in `fatal` (the drain's work sees it too)."""
+        with contextlib.suppress(ManifestConflict):
+            await self.heartbeat()
 
     async def _work(self) -> None:
         """Upload until nothing is pending, backing off on failures; a conflict is fatal."""
@@ -239,14 +274,24 @@ class SegmentUploader:
     async def write_manifest(self) -> None:
         """Store the manifest whole (one PUT: readers see the old or the new one, never a mix); while
         running, the shard's lease is renewed first, and once the run has ended it is released after."""
-        running = self.manifest.state == "running"
-        if self.lease is not None and running:
-            await self.lease.renew()
-        await self._put_manifest()
-        if self.lease is not None and not running:
-            await self.lease.release()
+        async with self._manifest_lock:
+            if self.manifest.state == "running":
+                await self._renew_and_put(clean=True)
+                return
+            await self._put_manifest(clean=True)
+            if self.lease is not None:
+                await self.lease.release()
 
-    async def _put_manifest(self) -> None:
+    async def _renew_and_put(self, *, clean: bool = False) -> None:
+        if self.lease is not None:
+            retaken = await self.lease.renew()
+            if retaken:
+                self.note(retaken)
+        await self._put_manifest(clean=clean)
+
+    async def _put_manifest(self, *, clean: bool) -> None:
+        """One manifest PUT; `clean`: it stores every change made so far (a heartbeat's PUT may have
+        serialized the manifest before an upload changed it, so it leaves the change to be written)."""
         key = manifest_key(self.manifest.writer)
         self.manifest.failed = self.failed_count()
         body = self.manifest.to_json()
@@ -268,12 +313,13 @@ class SegmentUploader:
                     "give every host its own --shard K/N") from None
             # An earlier write of ours was stored but its reply was lost: go on from it.
             self._etag = current.etag
-            return await self._put_manifest()
+            return await self._put_manifest(clean=clean)
         except S3Error as exc:
             if exc.code == "NotImplemented" and self._conditional:
                 self._conditional = False  # a store without conditional writes: per-writer keys still hold
-                return await self._put_manifest()
+                return await self._put_manifest(clean=clean)
             raise
         self._etag = etag
         self._unconfirmed.clear()
-        self._dirty = False
+        if clean:
+            self._dirty = False

@@ -2,16 +2,21 @@
 
 Per shard: its writers and hosts, the state of its newest writer, the last manifest update, done,
 failed, tokens, the rate over the last hour (records per second, from the segments' upload times), what remains (with
---prompts) and whether it is complete or stale. A shard is **stale** when its newest writer says
-"running" but has not rewritten its manifest (the uploader's heartbeat, once per sync interval) for
-`stale_after` sync intervals plus a minute: its client is gone without saying so (a killed node, a lost
-pod). How long ago a manifest was rewritten is read on S3's clock (`Manifest.age_s`, the same rule the
-client's lease uses, client.s3.lease), so neither the writer's clock nor this host's can make a live
-writer look stale; only a manifest read without S3's dates falls back to its own `updated`. A shard is
-**complete** when nothing of it remains (with --prompts), else when its newest writer
+--prompts) and whether it is complete or stale. The rate compares no host's clock with another's: a
+writer's upload times and start are measured against that writer's own "now", its manifest's `updated`
+(its clock, as it stored the manifest) plus the manifest's age on S3's clock (`writer_now`); so a writer
+15 minutes ahead or behind has the rate it has, and the reader's clock stands in only where S3 dates
+nothing. Each writer's rate is its own; a shard's is the sum of its writers'.
+
+A shard is **stale** when its newest writer says "running" but has not rewritten its manifest (the uploader's
+heartbeat, once per sync interval) for `stale_after` sync intervals plus a minute: its client is gone without
+saying so (a killed node, a lost pod). How long ago a manifest was rewritten is read on S3's clock
+(`Manifest.age_s`, the same rule the client's lease uses, client.s3.lease), so neither the writer's clock nor
+this host's can make a live writer look stale; only a manifest read without S3's dates falls back to its own
+`updated`. A shard is **complete** when nothing of it remains (with --prompts), else when its newest writer
 finished with no failure. Shards that the shard counts in use expect but no manifest names are listed as
-missing (not started yet, or never). The fleet line adds the totals and the ETA: what remains over the
-summed rates of the shards still running (and not stale).
+missing (not started yet, or never). The fleet line adds the totals and the ETA: what remains over the summed
+rates of the shards still running (and not stale).
 """
 
 from __future__ import annotations
@@ -61,9 +66,9 @@ class ShardRow:
     last_upload: float | None = None
     updated: float = 0.0
     age_s: float | None = None  # the newest manifest's, on S3's clock
-    started: float = 0.0
     sync_interval_s: float = 0.0
     recent_records: int = 0  # in segments uploaded within the rate window
+    recent_rate: float = 0.0  # the sum of its writers' rates over their windows, each on its own clock
     prompts: int | None = None
 
     @property
@@ -84,12 +89,9 @@ class ShardRow:
             return self.remaining == 0
         return self.state == "finished" and self.failed == 0
 
-    def rate(self, now: float) -> float:
-        """Records per second over the last hour (or since the shard started, when that is sooner)."""
-        if self.state != "running" and self.recent_records == 0:
-            return 0.0
-        window = min(RATE_WINDOW_S, max(1.0, now - self.started)) if self.started else RATE_WINDOW_S
-        return self.recent_records / window
+    def rate(self) -> float:
+        """Records per second over the last hour (or since each writer started, when that is sooner)."""
+        return self.recent_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +113,7 @@ class FleetStatus:
     @property
     def rate(self) -> float:
         """Records per second of the shards still working (running, and not stale: that client is gone)."""
-        return sum(r.rate(self.now) for r in self.rows
+        return sum(r.rate() for r in self.rows
                    if r.state == "running" and not r.stale(self.now, self.stale_after))
 
     @property
@@ -169,6 +171,22 @@ def summarize(manifests: Sequence[Manifest], prompts: tuple[int, dict[int, Count
     return FleetStatus(list(rows.values()), missing, None if prompts is None else prompts[0], now, stale_after)
 
 
+def writer_now(m: Manifest, now: float) -> float:
+    """The time on the writer's own clock as this status reads its manifest: its `updated` (stamped as it
+    stored it) plus the time since on S3's clock. `now` (this host's clock) stands in only where S3 dated
+    nothing; then the writer's clock is compared with this one, the one case the age rules also allow."""
+    return m.updated + m.age_s if m.age_s is not None else now
+
+
+def writer_rate(m: Manifest, now: float) -> tuple[int, float]:
+    """A writer's records uploaded in the last hour, and their rate a second over the last hour (or since
+    it started, when sooner): every time in it is the writer's own, so its clock's offset cancels."""
+    mine = writer_now(m, now)
+    recent = sum(s.records for s in m.segments.values() if mine - s.uploaded <= RATE_WINDOW_S)
+    window = min(RATE_WINDOW_S, max(1.0, mine - m.started)) if m.started else RATE_WINDOW_S
+    return recent, recent / window
+
+
 def _add_writer(row: ShardRow, m: Manifest, now: float) -> None:
     """One writer's manifest into its shard's row: the sums over every writer of the shard."""
     row.writers.append(m.writer)
@@ -178,10 +196,11 @@ def _add_writer(row: ShardRow, m: Manifest, now: float) -> None:
     row.segments += len(m.segments)
     row.done += m.records
     row.completion_tokens += m.completion_tokens
-    row.recent_records += sum(s.records for s in m.segments.values() if now - s.uploaded <= RATE_WINDOW_S)
+    recent, rate = writer_rate(m, now)
+    row.recent_records += recent
+    row.recent_rate += rate
     if m.last_upload is not None:
         row.last_upload = max(row.last_upload or 0.0, m.last_upload)
-    row.started = min(row.started, m.started) if row.started else m.started
 
 
 def _owed(rows: Iterable[ShardRow], per: dict[int, Counter[int]]) -> None:
@@ -211,7 +230,7 @@ def as_json(prefix: str, status: FleetStatus) -> dict[str, Any]:
         "completion_tokens": r.completion_tokens, "last_upload": r.last_upload, "updated": r.updated,
         "age_s": round(r.age(now), 1),
         "sync_interval_s": r.sync_interval_s, "prompts": r.prompts, "remaining": r.remaining,
-        "rate_per_s": round(r.rate(now), 4), "stale": r.stale(now, status.stale_after), "complete": r.complete(),
+        "rate_per_s": round(r.rate(), 4), "stale": r.stale(now, status.stale_after), "complete": r.complete(),
     } for r in status.rows]
     return {
         "prefix": prefix,
@@ -238,7 +257,7 @@ def render(prefix: str, status: FleetStatus) -> Table:
         state = Text("stale", style="bold red") if stale else Text("complete" if r.complete() else r.state)
         updated = Text(_stored(now, r), style="red" if stale else "")
         table.add_row(r.shard, ", ".join(r.hosts), state, updated, f"{r.done:,}", f"{r.failed:,}",
-                      f"{r.completion_tokens:,}", "-" if r.state != "running" else f"{r.rate(now):.2f}",
+                      f"{r.completion_tokens:,}", "-" if r.state != "running" else f"{r.rate():.2f}",
                       "?" if r.remaining is None else f"{r.remaining:,}")
     for shard in status.missing:
         table.add_row(shard, "", Text("missing", style="yellow"), "no manifest", "", "", "", "", "")
