@@ -301,10 +301,11 @@ async def test_models_server_info_and_legacy_load() -> None:
 
 
 async def test_health_is_503_during_startup_delay() -> None:
-    async with serving(startup_delay=0.4) as (_, client):
+    # A delay long enough that the first two requests land inside it on a loaded machine too.
+    async with serving(startup_delay=4.0) as (_, client):
         early = await client.get("/health")
         chat = await client.post("/v1/chat/completions", json=body())
-        for _ in range(100):  # ready once the delay is over: within 5 s
+        for _ in range(1200):  # ready once the delay is over: within 60 s
             late = await client.get("/health")
             if late.status_code != 503:
                 break
