@@ -126,3 +126,15 @@ async def test_a_reply_cut_anywhere_is_answered_within_its_cap(thinking: bool) -
             assert cut["finish_reason"] == "length" and len(cut["response_token_ids"]) <= cap
             kept = cut["response_token_ids"][:-1]  # the last token may differ: the cut ends inside a word piece
             assert whole["response_token_ids"][:len(kept)] == kept
+
+
+async def test_max_tokens_1_sends_one_token_even_inside_a_character() -> None:
+    # A reply whose first character is several of the tiny tokenizer's tokens (a multi-byte one) is among
+    # these; an engine still sends the one token it sampled, and holds the half character's text back.
+    async with serving() as (client, _):
+        for i in range(40):
+            body = _body(i, max_tokens=1, return_output_ids_in_sglext=True)
+            body["messages"][0]["content"] = f"Reply with the single word OK. ({i})"
+            reply = (await client.post("/v1/chat/completions", json=body)).json()
+            ids = reply["sglext"]["output_ids"][0]
+            assert len(ids) == 1 and reply["usage"]["completion_tokens"] == 1, (i, reply)

@@ -158,6 +158,11 @@ class _Prepared:
             if len(ids.ids) <= cap:
                 self.script, self.target, best = trimmed, fits + 1, ids
                 break
+        if not best.ids and cap > 0:
+            # A first character of several tokens (a byte-level BPE splits a multi-byte one): an engine still
+            # samples and sends its first tokens, and holds back the text until the character is whole.
+            whole = count(fits + 1, self.script)
+            best = CompletionIds(whole.ids[:cap], min(whole.reasoning_tokens, cap))
         self.message = self._message(self.target)
         return best
 
