@@ -147,17 +147,17 @@ def _calibrate_in(out: Path, args: argparse.Namespace,
         with _simulated(args) as urls:
             fleet = FleetConfig(urls, model=args.model, api_key=args.api_key, max_in_flight=args.max_in_flight,
                                 wait_ready=args.wait_ready, network=network_from(args), compat=args.compat)
-            run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample, prompt_paths=args.prompts,
-                                                        max_attempts=args.max_attempts,
-                                                        progress_every_s=args.progress_every))
-        found, _ = measure(str(out), lambda record: chosen.get(record["id"]))
+            run: CalibrationRun
+            run, clock = asyncio.run(calibrate(fleet, settings, out, make_sample, prompt_paths=args.prompts,
+                                               max_attempts=args.max_attempts, progress_every_s=args.progress_every))
+        # On a simulated fleet the spans are read on the servers' modelled clock (at speed 1, whatever the
+        # host's load): the figures are the modelled GPU's, not the host's.
+        found, _ = measure(str(out), lambda record: chosen.get(record["id"]), clock=clock)
         info = {"mode": "calibration", "out": str(out), **asdict(run)}
         if args.simulate:
-            # The simulated servers run --sim-speed times faster than the GPU they model: their figures are
-            # given in that GPU's time.
-            found.slow_down(args.sim_speed)
-            info["simulated"] = {"servers": args.simulate, "speed": args.sim_speed,
-                                 "max_running": args.sim_max_running, "args": list(args.sim_arg or ())}
+            assert run.simulated is not None  # the servers it started answer GET /sim/clock
+            info["simulated"] = {**run.simulated, "max_running": args.sim_max_running,
+                                 "args": list(args.sim_arg or ())}
         return found, counted, info
 
 
