@@ -128,6 +128,8 @@ def _gpus(info: dict[str, Any]) -> str:
         source = " (assumed one per endpoint; pass --gpus)"
     elif info.get("gpus_from") == "servers":
         source = " (as the servers report them)"
+    elif info.get("gpus_from") == "run.json":
+        source = " (as the run's servers reported them, recorded in run.json)"
     elif reported and reported != plan["gpus"]:
         # The rate was measured on the servers' GPUs: a different --gpus scales every GPU-hour by the ratio.
         source = f" (from --gpus; the servers measured report {reported}: GPU-hours scale by {plan['gpus']}/{reported})"

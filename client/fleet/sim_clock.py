@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.core.errors import AttemptError
+from client.core.stats import EndpointLive
 from client.wire.endpoint import Endpoint
 
 PATH = "/sim/clock"
@@ -45,6 +46,19 @@ class SimulatedFleet:
                 "kind": _one_or_all(self.accelerators), "clock": "modelled"}
 
 
+def describe_fleet(live: Sequence[EndpointLive], simulated: SimulatedFleet | None) -> dict[str, Any]:
+    """The fleet as run.json's `fleets` records it: the servers, the GPUs they report (None unless every one
+    says how many: a GPU count is never the count of ports) and their kinds, and whether it is simulated."""
+    counts = [e.gpus for e in live]
+    gpus = sum(c for c in counts if c) if counts and all(counts) else None
+    kinds = sorted({e.accelerator for e in live if e.accelerator})
+    described: dict[str, Any] = {"simulated": False, "servers": len(live), "gpus": gpus, "kind": _one_or_all(kinds)
+                                 if kinds else None, "clock": "wall"}
+    if simulated is not None:
+        described.update(simulated.as_record())
+    return described
+
+
 def _one_or_all(values: Sequence[Any]) -> Any:
     return values[0] if len(values) == 1 else list(values)
 
@@ -59,6 +73,15 @@ def _busy(document: Any) -> float | None:
     return float(busy)
 
 
+def _counters(document: dict[str, Any]) -> tuple[float, float, float]:
+    """(generation tokens, decode steps, requests decoded summed over the steps) of a /sim/clock document."""
+    out = []
+    for key in ("generation_tokens", "decode_steps", "decode_batch"):
+        value = document.get(key)
+        out.append(float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0)
+    return out[0], out[1], out[2]
+
+
 async def _read(endpoint: Endpoint) -> tuple[float, float, dict[str, Any]] | None:
     """(wall time of the reply, busy_s, the document), or None when the server has no modelled clock."""
     try:
@@ -71,18 +94,23 @@ async def _read(endpoint: Endpoint) -> tuple[float, float, dict[str, Any]] | Non
 
 @dataclass
 class ClockTrace:
-    """Per server URL, the wall times of the readings and the modelled seconds they read."""
+    """Per server URL, its readings in order: the wall time of the reply, then the cumulative counters."""
 
     walls: dict[str, list[float]] = field(default_factory=dict)
     busy: dict[str, list[float]] = field(default_factory=dict)
+    counters: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)  # tokens, steps, batch
+    ranks: dict[str, int] = field(default_factory=dict)
 
-    def add(self, url: str, wall: float, busy_s: float) -> None:
+    def add(self, url: str, wall: float, busy_s: float, counters: tuple[float, float, float] = (0.0, 0.0, 0.0),
+            ranks: int = 1) -> None:
         walls = self.walls.setdefault(url, [])
         values = self.busy.setdefault(url, [])
         if walls and wall <= walls[-1]:
             return  # two replies within the clock's resolution: the first one stands
         walls.append(wall)
         values.append(max(busy_s, values[-1]) if values else busy_s)  # the clock never runs back
+        self.counters.setdefault(url, []).append(counters)
+        self.ranks[url] = max(1, ranks)
 
     def at(self, url: str, wall: float) -> float | None:
         """`wall` (seconds since 1970) read on the server's modelled clock, in seconds since its first reading;
@@ -99,6 +127,37 @@ class ClockTrace:
             return values[-1] - origin
         w0, w1, b0, b1 = walls[i - 1], walls[i], values[i - 1], values[i]
         return b0 - origin + (b1 - b0) * (wall - w0) / (w1 - w0)
+
+    def _counters_at(self, url: str, modelled: float) -> tuple[float, float, float]:
+        """The server's counters when its modelled clock read `modelled` (seconds since its first reading)."""
+        values, counts = self.busy[url], self.counters[url]
+        target = values[0] + modelled
+        i = bisect.bisect_left(values, target)
+        if i == 0:
+            return counts[0]
+        if i == len(values):
+            return counts[-1]
+        b0, b1 = values[i - 1], values[i]
+        share = (target - b0) / (b1 - b0) if b1 > b0 else 1.0
+        return tuple(a + (b - a) * share for a, b in zip(counts[i - 1], counts[i], strict=True))  # type: ignore[return-value]
+
+    def served(self, start: float, end: float) -> tuple[float, float] | None:
+        """(tokens per modelled second, requests the fleet decoded at once on average) between `start` and
+        `end` on the modelled clocks: the servers' own counts of what their GPUs did, None without them.
+
+        A client's view of its requests (first token to last) is stretched and bunched when its host is
+        starved, and a window picked by it over-counts; the servers count every token once, at the step
+        that made it, and the batch each step really held."""
+        if end <= start or not self.busy:
+            return None
+        tokens = concurrency = 0.0
+        for url in self.busy:
+            t0, s0, b0 = self._counters_at(url, start)
+            t1, s1, b1 = self._counters_at(url, end)
+            tokens += t1 - t0
+            if s1 > s0:
+                concurrency += (b1 - b0) / (s1 - s0) * self.ranks.get(url, 1)
+        return tokens / (end - start), concurrency
 
     def modelled_s(self) -> dict[str, float]:
         """Per server, the modelled seconds between its first and last reading."""
@@ -124,7 +183,9 @@ async def read_once(endpoints: Sequence[Endpoint], trace: ClockTrace) -> None:
     found = await asyncio.gather(*(_read(e) for e in endpoints))
     for endpoint, reading in zip(endpoints, found, strict=True):
         if reading is not None:
-            trace.add(endpoint.url, reading[0], reading[1])
+            ranks = reading[2].get("dp_size")
+            trace.add(endpoint.url, reading[0], reading[1], _counters(reading[2]),
+                      ranks if isinstance(ranks, int) and not isinstance(ranks, bool) else 1)
 
 
 async def follow(endpoints: Sequence[Endpoint], trace: ClockTrace, every_s: float = EVERY_S) -> None:
