@@ -185,6 +185,10 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
         "error": round(whole["wall_s"]["point"] / actual - 1, 4),
         "actual_wall_s": round(span, 3), "actual_modelled_s": round(modelled, 3),
         "tokens_error": round(whole["output_tokens"]["point"] / tokens - 1, 4),
+        # The time per token projected against the run's: the error of the clock and the throughput alone,
+        # without the sample's error on the lengths (the tokens' error).
+        "time_per_token_error": round((whole["wall_s"]["point"] / whole["output_tokens"]["point"])
+                                      / (actual / tokens) - 1, 4),
         "throughput": result["projection"]["throughput"]["tokens_per_s"], "actual_throughput": tokens / actual,
         "cpu_used_elsewhere": round(max(0.0, elsewhere), 3),
     }
@@ -244,12 +248,13 @@ def estimate_part(args: argparse.Namespace) -> dict[str, Any]:
 def print_estimate(row: dict[str, Any], seed: int) -> None:
     wall, tokens = row["projected_wall_s"], row["projected_tokens"]
     print("| shape | tokenizer | speed | seed | clock | projected tokens (90%) | actual tokens | projected time (90%) "
-          "| actual time | error | run's wall time x speed | CPU used elsewhere |")
-    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| actual time | error | time per token error | run's wall time x speed | CPU used elsewhere |")
+    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print(f"| {row['shape']} | {row['tokenizer']} | {row['speed']:g} | {seed} | {row['clock']} "
           f"| {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) "
           f"| {row['actual_tokens']:,} | {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
-          f"| {row['actual_s']:.1f}s | {row['error']:+.1%} | {row['actual_wall_s'] * row['speed']:.1f}s "
+          f"| {row['actual_s']:.1f}s | {row['error']:+.1%} | {row['time_per_token_error']:+.1%} "
+          f"| {row['actual_wall_s'] * row['speed']:.1f}s "
           f"| {row['cpu_used_elsewhere']:.0%} |")
 
 
