@@ -5,12 +5,15 @@ count of a window, and run.json's `fleets` (a run on the same fleet adds nothing
 over sockets: three calibrations of the same command agree on the modelled clock, whatever else the
 machine runs (only modelled quantities are asserted: the simulated GPU's tokens per modelled second, never
 a wall-clock rate); a run on a simulated fleet records it in run.json, and `--from-results` on its results
-refuses with the reason instead of taking the host's wall clock for a GPU's.
+refuses with the reason instead of taking the host's wall clock for a GPU's. And the simulator's rank,
+behind its schedule, waits for the client's next request rather than decode a batch a starved host thinned.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -22,6 +25,8 @@ import pytest
 
 from client.fleet.sim_clock import ClockTrace
 from client.local.run_settings import from_json, next_fleets
+from launch.sim.config import SimConfig
+from launch.sim.engine import EngineRequest, Rank
 from tests.conftest import REPO
 
 URL = "http://127.0.0.1:1"
@@ -136,3 +141,19 @@ def test_a_simulated_run_is_recorded_and_from_results_refuses_it(tmp_path: Path)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "simulated fleet (2 server(s) at speed 10.0" in refused.stderr
     assert "--simulate N" in refused.stderr
+
+
+async def test_a_rank_behind_schedule_waits_for_the_clients_next_request() -> None:
+    # Slots a finished request freed are owed to the client: a submit pays one back and ends the wait; with
+    # none coming the wait gives up (the run is draining) and the rank steps on without waiting again. The
+    # modelled clock counts no part of it.
+    rank = Rank(0, SimConfig(max_running=2), random.Random(0))
+    rank._owed = 1
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.001, rank.submit, EngineRequest(5, 10))
+    await rank._await_refill(loop)
+    assert rank._owed == 0 and len(rank.waiting) == 1
+    rank._owed = 1
+    await rank._await_refill(loop)
+    assert rank._owed == 0
+    assert rank.stats.busy_s == 0.0
