@@ -145,8 +145,8 @@ def test_a_simulated_run_is_recorded_and_from_results_refuses_it(tmp_path: Path)
 
 async def test_a_rank_behind_schedule_waits_for_the_clients_next_request() -> None:
     # Slots a finished request freed are owed to the client: a submit pays one back and ends the wait; with
-    # none coming the wait gives up (the run is draining) and the rank steps on without waiting again. The
-    # modelled clock counts no part of it.
+    # none coming the wait gives up (the run is draining) and the rank waits no more until the client sends
+    # again. The modelled clock counts no part of it.
     rank = Rank(0, SimConfig(max_running=2), random.Random(0))
     rank._owed = 1
     loop = asyncio.get_running_loop()
@@ -155,5 +155,7 @@ async def test_a_rank_behind_schedule_waits_for_the_clients_next_request() -> No
     assert rank._owed == 0 and len(rank.waiting) == 1
     rank._owed = 1
     await rank._await_refill(loop)
-    assert rank._owed == 0
+    assert rank._owed == 0 and not rank._patient  # until the client sends again
+    rank.submit(EngineRequest(5, 10))
+    assert rank._patient
     assert rank.stats.busy_s == 0.0
