@@ -13,10 +13,14 @@ call it). --tokenizer tiny serves replies in the tiny tokenizer's ids (the simul
 server that paced word pieces but counted ids would throw the estimate off.
 
 Estimate: both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then
-`client.run`) on one fleet of `launch.sim` servers. The actual wall time is the span of the full run's
-results, from the first request sent to the last result written (client start-up excluded, as in the
-projection). The output lengths of the simulated servers are heavy-tailed and deterministic in the
-request, so the error of the estimate comes from the sample and the throughput measurement only.
+`client.run`) on one fleet of `launch.sim` servers. The servers answer GET /sim/clock, so the estimate is
+timed on their modelled clock (the modelled GPU's busy seconds at speed 1, which the host's load does not
+stretch), and so is the run it is compared with: the actual time is the longest busy time any server added
+during the full run (each server is busy from the run's start to its last reply; its idle waits for a
+starved client do not count), like with like. The run's wall time (the span of its results, from the first
+request sent to the last result written) is reported beside it, times the speed, for reference. The output
+lengths of the simulated servers are heavy-tailed and deterministic in the request, so the error of the
+estimate comes from the sample and the throughput measurement only.
 
 ETA (bench/eta_tail.py): one `client.run` in this process on its own simulated fleet (longer, heavier-
 tailed replies, so the tail is a real part of the run), with a companion that reads the run's stats
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +100,15 @@ def run_span(out: Path) -> tuple[float, int, int]:
     return last - first, records, tokens
 
 
+def modelled_clocks(urls: list[str]) -> list[float]:
+    """Each server's modelled clock now: GET /sim/clock busy_s (seconds at speed 1)."""
+    clocks = []
+    for url in urls:
+        with urllib.request.urlopen(url.rstrip("/") + "/sim/clock", timeout=10) as reply:
+            clocks.append(float(json.loads(reply.read())["busy_s"]))
+    return clocks
+
+
 def sim_spec(*, max_running: int, speed: float, tokens_per_chunk: int, mean_tokens: int,
              tokenizer: str = "none", extra: tuple[str, ...] = ()) -> SimServerSpec:
     return SimServerSpec(max_running=max_running, speed=speed,
@@ -145,6 +159,7 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     if estimate.returncode != 0:
         raise RuntimeError(f"client.estimate exited {estimate.returncode}:\n{estimate.stderr[-3000:]}")
     result = json.loads(estimate.stdout)
+    clocks_before = modelled_clocks(urls)
     started = time.monotonic()
     full = subprocess.run(
         [sys.executable, "-m", "client.run", "--endpoints", endpoints, "--prompts", str(data),
@@ -153,18 +168,28 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     full_s = time.monotonic() - started
     if full.returncode != 0:
         raise RuntimeError(f"client.run exited {full.returncode}:\n{full.stderr[-3000:]}")
+    modelled = max(after - before for before, after in zip(clocks_before, modelled_clocks(urls), strict=True))
     capacity = (time.monotonic() - started) * (os.cpu_count() or 1)
     elsewhere = (machine_busy_s() - busy - (own_cpu_s() - ours)) / capacity
     span, records, tokens = run_span(work / "full")
     whole = result["projection"]["targets"][0]
+    # The estimate says which clock it timed the sample on: the modelled one on these servers (the wall
+    # clock before it could read theirs); the run is read on the same one.
+    clock = result["input"].get("clock", "wall")
+    actual = modelled if clock == "modelled" else span
     return {
         "prompts": prompts, "sample": result["input"]["sample_size"], "servers": len(urls),
         "estimate_process_s": round(estimate_s, 2), "full_process_s": round(full_s, 2),
         "projected_tokens": whole["output_tokens"], "actual_tokens": tokens, "actual_records": records,
-        "projected_wall_s": whole["wall_s"], "actual_wall_s": round(span, 3),
-        "wall_error": round(whole["wall_s"]["point"] / span - 1, 4),
+        "clock": clock, "projected_wall_s": whole["wall_s"], "actual_s": round(actual, 3),
+        "error": round(whole["wall_s"]["point"] / actual - 1, 4),
+        "actual_wall_s": round(span, 3), "actual_modelled_s": round(modelled, 3),
         "tokens_error": round(whole["output_tokens"]["point"] / tokens - 1, 4),
-        "throughput": result["projection"]["throughput"]["tokens_per_s"], "actual_throughput": tokens / span,
+        # The time per token projected against the run's: the error of the clock and the throughput alone,
+        # without the sample's error on the lengths (the tokens' error).
+        "time_per_token_error": round((whole["wall_s"]["point"] / whole["output_tokens"]["point"])
+                                      / (actual / tokens) - 1, 4),
+        "throughput": result["projection"]["throughput"]["tokens_per_s"], "actual_throughput": tokens / actual,
         "cpu_used_elsewhere": round(max(0.0, elsewhere), 3),
     }
 
@@ -222,13 +247,15 @@ def estimate_part(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_estimate(row: dict[str, Any], seed: int) -> None:
     wall, tokens = row["projected_wall_s"], row["projected_tokens"]
-    print("| shape | tokenizer | speed | seed | projected tokens (90%) | actual tokens | projected wall (90%) "
-          "| actual wall | error | CPU used elsewhere |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {row['shape']} | {row['tokenizer']} | {row['speed']:g} | {seed} "
+    print("| shape | tokenizer | speed | seed | clock | projected tokens (90%) | actual tokens | projected time (90%) "
+          "| actual time | error | time per token error | run's wall time x speed | CPU used elsewhere |")
+    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| {row['shape']} | {row['tokenizer']} | {row['speed']:g} | {seed} | {row['clock']} "
           f"| {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) "
           f"| {row['actual_tokens']:,} | {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
-          f"| {row['actual_wall_s']:.1f}s | {row['wall_error']:+.1%} | {row['cpu_used_elsewhere']:.0%} |")
+          f"| {row['actual_s']:.1f}s | {row['error']:+.1%} | {row['time_per_token_error']:+.1%} "
+          f"| {row['actual_wall_s'] * row['speed']:.1f}s "
+          f"| {row['cpu_used_elsewhere']:.0%} |")
 
 
 if __name__ == "__main__":

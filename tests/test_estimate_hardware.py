@@ -250,7 +250,8 @@ def test_simulate_without_a_known_kind_says_how_to_project(tmp_path: Path) -> No
     code, _, out = estimate("--simulate", "1", "--prompts", str(prompts(tmp_path / "p.jsonl", 30)),
                             "--out", str(tmp_path / "cal"), *SMALL)
     assert code == 0, out[-3000:]
-    assert "simulated fleet: 1 simulated server(s) at --sim-speed 20" in out
+    assert "simulated fleet: 1 simulated server(s) at speed 20; the throughput and times below are on the modelled" \
+           " GPU's clock" in out
     assert "'Simulated GPU', which client/estimate/gpus.toml does not know: pass --gpu-kind" in out
     assert "On other GPUs" not in out
 

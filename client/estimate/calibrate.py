@@ -6,6 +6,11 @@ ordinary segments (`client.audit` and `--from-results` read them). The dispatche
 to its reported capacity plus a small queue, which is what keeps the fleet saturated while the sample
 lasts; `max_in_flight` only caps the connection pools and defaults high for that reason. The GPUs the
 servers name in `/v1/loads` (kind and count) are kept for the projection onto other GPUs.
+
+On a simulated fleet (every server answers GET /sim/clock: client.fleet.sim_clock) the sample's times are
+read on the servers' modelled clock, which the host's load does not stretch: their clocks are read before,
+throughout and after the sample, and the trace is handed back for the measurement. A real fleet keeps the
+wall clock.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from client.core.stats import RunStats
 from client.engine.session import open_fleet
 from client.engine.swarm import RetryPolicy, Swarm, SwarmSettings
 from client.fleet.options import FleetConfig
+from client.fleet.sim_clock import ClockTrace, SimulatedFleet, follow, probe, read_once
 from client.local.sink import ResultSink, new_run_id
 from client.local.source import PromptSource
 from client.run.console import show_progress
@@ -38,6 +44,8 @@ class CalibrationRun:
     interrupted: bool
     accelerators: tuple[str, ...] = ()  # the devices the servers' /v1/loads name (client.fleet.device)
     server_gpus: int | None = None  # their GPUs, when every server says how many
+    clock: str = "wall"  # "modelled" on a simulated fleet (client.fleet.sim_clock), else "wall"
+    simulated: dict[str, object] | None = None  # a simulated fleet's servers, speed and kind (SimulatedFleet)
 
 
 def _note(line: str) -> None:
@@ -46,9 +54,11 @@ def _note(line: str) -> None:
 
 async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Path,
                     make_sample: Callable[[int], tuple[Path, int]], *, prompt_paths: Sequence[Path],
-                    max_attempts: int = DEFAULT_MAX_ATTEMPTS, progress_every_s: float = 10.0) -> CalibrationRun:
+                    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                    progress_every_s: float = 10.0) -> tuple[CalibrationRun, ClockTrace | None]:
     """Open the fleet as the run does (client.engine.session), ask `make_sample(fleet slots)` for the sample
-    file, and run it into `out`. `prompt_paths`: the full set, where the preflight looks for tools."""
+    file, and run it into `out`. `prompt_paths`: the full set, where the preflight looks for tools. With the
+    run, the modelled clock's readings of a simulated fleet (None on a real one)."""
     stats = RunStats()
     async with open_fleet(fleet_cfg, settings, prompt_paths=prompt_paths, note=_note) as fleet:
         stats.track(len(fleet.endpoints))
@@ -65,6 +75,11 @@ async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Pat
         _note(f"calibrating: {size:,} prompt(s) on {len(fleet.endpoints)} endpoint(s) ({slots} decode slots), "
               f"model {fleet.model}, max_tokens {settings.max_tokens}")
         stats.total = size
+        simulated: SimulatedFleet | None = await probe(fleet.endpoints)
+        trace = ClockTrace() if simulated is not None else None
+        if simulated is not None:
+            _note(f"simulated fleet ({simulated.servers} server(s), speed {simulated.as_record()['speed']}): "
+                  "timed on the modelled GPU's clock (GET /sim/clock), not the wall clock")
         sink = ResultSink(out, run_id=new_run_id(), shard_label="calibration")
         swarm = Swarm(fleet, PromptSource([sample_path], set()), sink, stats,
                       SwarmSettings(retry=RetryPolicy(max_attempts=max_attempts)))
@@ -73,12 +88,26 @@ async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Pat
             await show_progress(lambda: stats.snapshot(fleet.dispatcher.live()), stream=sys.stderr, live=False,
                                 plain_every_s=progress_every_s)
 
+        companions = [progress]
+        if trace is not None:
+            clock = trace
+
+            async def follow_clock() -> None:
+                await follow(fleet.endpoints, clock)
+
+            await read_once(fleet.endpoints, clock)
+            companions.append(follow_clock)
         started = time.monotonic()
         try:
-            outcome = await swarm.run([progress])
+            outcome = await swarm.run(companions)
         finally:
             sink.close()
         if outcome.fatal is not None:
             raise outcome.fatal
-        return CalibrationRun(fleet.model, slots, size, stats.done, stats.failed, time.monotonic() - started,
-                              outcome.interrupted, accelerators, server_gpus)
+        elapsed = time.monotonic() - started
+        if trace is not None:
+            await read_once(fleet.endpoints, trace)
+        run = CalibrationRun(fleet.model, slots, size, stats.done, stats.failed, elapsed, outcome.interrupted,
+                             accelerators, server_gpus, "modelled" if trace is not None else "wall",
+                             simulated.as_record() if simulated is not None else None)
+        return run, trace

@@ -106,7 +106,7 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
     way.add_argument("--simulate", type=simulated_servers, metavar="N",
                      help="start N simulated SGLang servers on 127.0.0.1 and calibrate on them (no GPU needed), as "
                           f"client.run --simulate does (N from 1 to {MAX_SIMULATED}); the figures are then the "
-                          "simulated GPU's")
+                          "simulated GPU's, on its modelled clock (as on any --endpoints that answer GET /sim/clock)")
     way.add_argument("--sample", type=_sample_size, metavar="N|P%",
                      help="sample size: a count or a share of the set (default: 5x the fleet's decode slots, "
                           "at least 500)")
@@ -131,8 +131,9 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
                      help="interval of the progress line on stderr (default: %(default)s)")
     sim = parser.add_argument_group("simulated fleet (--simulate)")
     sim.add_argument("--sim-speed", type=positive_float, default=20.0, metavar="X",
-                     help="time scale of the simulated servers; their measured throughput is divided by it, so the "
-                          "figures are those of the GPU the simulator models at speed 1 (default: %(default)s)")
+                     help="time scale of the simulated servers; the calibration is timed on their modelled clock "
+                          "(GET /sim/clock, the modelled GPU's busy time at speed 1), so the figures are that GPU's "
+                          "whatever the speed and the host's load (default: %(default)s)")
     sim.add_argument("--sim-max-running", type=positive_int, default=32, metavar="N",
                      help="decode slots per simulated server (default: %(default)s)")
     sim.add_argument("--sim-arg", action="append", metavar="ARG",

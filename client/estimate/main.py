@@ -35,15 +35,17 @@ from client.estimate.calibrate import CalibrationRun, calibrate
 from client.estimate.cli import build_parser, check
 from client.estimate.gpu_plan import check_options, hardware_projection
 from client.estimate.measure import Measurements, measure
-from client.estimate.model import sustained_throughput
+from client.estimate.model import Throughput, sustained_throughput
 from client.estimate.project import Projection, Settings, default_caps, default_gpus, project
 from client.estimate.report import render
 from client.estimate.sample import Census, allocate, census, draw, scale_counts, write_records
 from client.estimate.waste import loop_stop_assumption
 from client.fleet.options import FleetConfig, network_from
+from client.fleet.sim_clock import ClockTrace
 from client.fleet.startup import parse_endpoints
 from client.local.lock import hold_out_lock
 from client.local.prompt_files import resolve_prompt_files
+from client.local.run_settings import read_run_file
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import ReadReport, iter_lines
 
@@ -59,7 +61,36 @@ def _result_ids(location: str, s3_endpoint_url: str | None) -> set[str]:
     return ids
 
 
+def _recorded_fleets(location: str) -> tuple[dict[str, Any], ...]:
+    """The fleets a local run's run.json says its runs used (none for an S3 prefix, or a run.json without)."""
+    if location.startswith("s3://"):
+        return ()
+    record = read_run_file(Path(location))
+    return record.fleets if record is not None else ()
+
+
+def _check_fleets(location: str, fleets: Sequence[dict[str, Any]], info: dict[str, Any]) -> None:
+    """Refuse results a simulated fleet made (ConfigError, exit 2), and take the GPU count the runs' servers
+    reported when every run recorded the same one."""
+    simulated = [f for f in fleets if f.get("simulated")]
+    if simulated:
+        first = simulated[0]
+        raise ConfigError(
+            f"{location}: its run.json records that {len(simulated)} of its {len(fleets)} run(s) ran on a simulated "
+            f"fleet ({first.get('servers')} server(s) at speed {first.get('speed')}, modelling "
+            f"{first.get('kind')!r}): the results' timings are the host's wall clock, sped up by the simulator and "
+            "slowed by whatever else the machine ran, not a GPU's, and a resume on another fleet would count its "
+            "ports again. No GPU time can be projected from them. Calibrate instead: client.estimate --simulate N "
+            "(or --endpoints on the simulated servers) times its sample on their modelled GPU clock")
+    counts = {f.get("gpus") for f in fleets}
+    if len(counts) == 1 and isinstance(next(iter(counts)), int):
+        info["server_gpus"] = next(iter(counts))
+        info["gpus_recorded"] = True
+
+
 def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[str, int], dict[str, Any]]:
+    fleets = _recorded_fleets(args.from_results)
+    _check_fleets(args.from_results, fleets, {})  # before the results are read: refused at once
     done = _result_ids(args.from_results, args.s3_endpoint_url)
     strata_of_done: dict[str, str] = {}
     remaining: dict[str, int] = {}
@@ -75,7 +106,8 @@ def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[
     found, report = measure(args.from_results, lambda record: strata_of_done.get(record["id"]), args.s3_endpoint_url)
     info = {"mode": "from-results", "results": args.from_results, "done": len(strata_of_done),
             "unreadable_results": report.corrupt, "torn_results": report.torn_tails,
-            "unreadable_examples": [str(bad) for bad in report.examples]}
+            "unreadable_examples": [str(bad) for bad in report.examples], "fleets": list(fleets)}
+    _check_fleets(args.from_results, fleets, info)
     left = {name: remaining.get(name, 0) for name in counted.strata}
     if args.set_size:
         # The files hold part of the set: what remains is the scaled stratum less what is done of it.
@@ -147,17 +179,17 @@ def _calibrate_in(out: Path, args: argparse.Namespace,
         with _simulated(args) as urls:
             fleet = FleetConfig(urls, model=args.model, api_key=args.api_key, max_in_flight=args.max_in_flight,
                                 wait_ready=args.wait_ready, network=network_from(args), compat=args.compat)
-            run: CalibrationRun = asyncio.run(calibrate(fleet, settings, out, make_sample, prompt_paths=args.prompts,
-                                                        max_attempts=args.max_attempts,
-                                                        progress_every_s=args.progress_every))
-        found, _ = measure(str(out), lambda record: chosen.get(record["id"]))
+            run: CalibrationRun
+            run, clock = asyncio.run(calibrate(fleet, settings, out, make_sample, prompt_paths=args.prompts,
+                                               max_attempts=args.max_attempts, progress_every_s=args.progress_every))
+        # On a simulated fleet the spans are read on the servers' modelled clock (at speed 1, whatever the
+        # host's load): the figures are the modelled GPU's, not the host's.
+        found, _ = measure(str(out), lambda record: chosen.get(record["id"]), clock=clock)
         info = {"mode": "calibration", "out": str(out), **asdict(run)}
         if args.simulate:
-            # The simulated servers run --sim-speed times faster than the GPU they model: their figures are
-            # given in that GPU's time.
-            found.slow_down(args.sim_speed)
-            info["simulated"] = {"servers": args.simulate, "speed": args.sim_speed,
-                                 "max_running": args.sim_max_running, "args": list(args.sim_arg or ())}
+            assert run.simulated is not None  # the servers it started answer GET /sim/clock
+            info["simulated"] = {**run.simulated, "max_running": args.sim_max_running,
+                                 "args": list(args.sim_arg or ())}
         return found, counted, info
 
 
@@ -172,6 +204,8 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
     whole = scale_counts(counted.strata, args.set_size) if args.set_size else counted.strata
     targets = [("whole set", whole)] + ([("remaining", remaining)] if args.from_results else [])
     rate = sustained_throughput(found.starts, found.ends, found.tokens)
+    if rate is not None and found.clock is not None:
+        rate = _as_served(rate, found.clock)
     info.update({"prompts": sum(whole.values()), "strata": whole, "prompts_in_files": counted.total,
                  "set_size": args.set_size, "invalid_prompts": counted.invalid,
                  "duplicate_prompts": counted.duplicates,
@@ -184,7 +218,8 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
         return EXIT_PROBLEM, info, None
     server_gpus = info.get("server_gpus")
     gpus = args.gpus or server_gpus or max(1, len(found.endpoints))
-    info["gpus_from"] = "--gpus" if args.gpus else "servers" if server_gpus else "one per endpoint (assumed)"
+    info["gpus_from"] = ("--gpus" if args.gpus else "run.json" if server_gpus and info.get("gpus_recorded")
+                         else "servers" if server_gpus else "one per endpoint (assumed)")
     max_tokens = found.max_tokens.most_common(1)[0][0] if found.max_tokens else args.max_tokens
     longest = max((max(s.lengths) for s in found.strata.values() if s.lengths), default=0)
     plan = Settings(gpus=gpus, gpus_assumed=not args.gpus and not server_gpus, max_tokens=max_tokens,
@@ -197,6 +232,20 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
     hardware, notes = hardware_projection(args, info, projected, found, whole, gpus)
     info["hardware_notes"] = notes
     return EXIT_OK, info, dataclasses.replace(projected, hardware=hardware)
+
+
+def _as_served(rate: Throughput, clock: ClockTrace) -> Throughput:
+    """On a simulated fleet: the rate and the batch over the saturated window as the servers counted them
+    (client.fleet.sim_clock.ClockTrace.served) in place of the client's view of its spans; the bootstrap's
+    blocks and the batch shape are scaled alike, so the interval and the lone request's boost keep their shape."""
+    served = clock.served(rate.start, rate.end)
+    if served is None or served[0] <= 0 or served[1] <= 0 or rate.tokens_per_s <= 0:
+        return rate
+    tokens_per_s, concurrency = served
+    scale = tokens_per_s / rate.tokens_per_s
+    return dataclasses.replace(rate, tokens_per_s=tokens_per_s, concurrency=concurrency,
+                               blocks=tuple((tokens * scale, seconds) for tokens, seconds in rate.blocks),
+                               kappa=rate.kappa * rate.concurrency / concurrency)
 
 
 def sample_rows(found: Measurements, strata: dict[str, int]) -> list[dict[str, Any]]:

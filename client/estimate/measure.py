@@ -7,6 +7,11 @@ queued_s + ttft_s. A retried request's timings mix its attempts, so its span is 
 the median pace of the others, ending at `created`. Per record it also keeps the prompt tokens and what a
 loop stop would save (client.estimate.waste), for the purpose figures. A record whose `created` or
 timings are no clock's reading (±1e308, NaN) is refused, named by file and line (exit 2).
+
+On a simulated fleet the calibration hands a `ClockTrace` (client.fleet.sim_clock): every span's start and
+end are then read on its own server's modelled clock, so the spans, and every rate over them, are the
+modelled GPU's seconds at speed 1 rather than the host's wall clock. A record from a server the trace does
+not know has no span (it still counts its tokens).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 from client.core.errors import ConfigError
 from client.estimate.waste import REPETITION, loop_saving, record_text
+from client.fleet.sim_clock import ClockTrace
 from client.results.reader import ReadReport, iter_records
 from client.results.rules import token_parts, usage_int
 
@@ -52,6 +58,7 @@ class Measurements:
     thinking: Counter[bool] = field(default_factory=Counter)
     records: int = 0
     outside_set: int = 0
+    clock: ClockTrace | None = None  # a simulated fleet's modelled clock: spans are read on it
     _retried: list[tuple[float, int]] = field(default_factory=list)
 
     def add(self, record: dict[str, Any], stratum: str | None, where: str = "a record") -> None:
@@ -95,11 +102,20 @@ class Measurements:
         total, queued, ttft = timings.get("total_s"), timings.get("queued_s"), timings.get("ttft_s")
         _check_times(where, created, total, queued, ttft)
         if record.get("attempts", 1) != 1 or not isinstance(total, int | float):
-            self._retried.append((float(created), length))
+            end_at = float(created) if self.clock is None else self.clock.at(str(record.get("endpoint")), created)
+            if end_at is not None:
+                self._retried.append((end_at, length))
             return
-        start = created - total + (queued or 0.0) + (ttft or 0.0)
-        self.starts.append(min(start, created))
-        self.ends.append(float(created))
+        start = min(created - total + (queued or 0.0) + (ttft or 0.0), created)
+        end = float(created)
+        if self.clock is not None:
+            url = str(record.get("endpoint"))
+            start_on, end_on = self.clock.at(url, start), self.clock.at(url, end)
+            if start_on is None or end_on is None:
+                return
+            start, end = start_on, end_on
+        self.starts.append(start)
+        self.ends.append(end)
         self.tokens.append(length)
 
     def slow_down(self, factor: float) -> None:
@@ -137,9 +153,10 @@ def _check_times(where: str, created: float, *durations: object) -> None:
 
 
 def measure(location: str, stratum_for: Callable[[dict[str, Any]], str | None],
-            s3_endpoint_url: str | None = None) -> tuple[Measurements, ReadReport]:
-    """Read every result of `location`; `stratum_for` names a record's stratum (None: not in the set)."""
-    found = Measurements()
+            s3_endpoint_url: str | None = None, clock: ClockTrace | None = None) -> tuple[Measurements, ReadReport]:
+    """Read every result of `location`; `stratum_for` names a record's stratum (None: not in the set). With
+    `clock`, the spans are read on that modelled clock."""
+    found = Measurements(clock=clock)
     report = ReadReport()
     for item, record in iter_records(location, report, s3_endpoint_url=s3_endpoint_url):
         found.add(record, stratum_for(record), f"{item.where}:{item.line}")

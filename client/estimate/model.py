@@ -52,6 +52,8 @@ class Throughput:
     typical_s: float  # median request duration, first token to end
     blocks: tuple[tuple[float, float], ...]  # (tokens, seconds) of contiguous stretches of the window
     kappa: float = 0.0  # time per token grows as (1 + kappa * concurrency)
+    start: float = 0.0  # the saturated window's first and last moment, on the spans' clock
+    end: float = 0.0
 
     @property
     def per_slot(self) -> float:
@@ -104,6 +106,7 @@ def sustained_throughput(starts: Sequence[float], ends: Sequence[float], tokens:
         peak_concurrency=peak, window_s=window, span_s=span, typical_s=typical,
         blocks=_blocks(chosen, made, step),
         kappa=min(kappa, MAX_BOOST / max(peak, 1.0)),
+        start=t0 + chosen[0] * step, end=t0 + (chosen[-1] + 1) * step,
     )
 
 

@@ -62,10 +62,12 @@ def _header(info: dict[str, Any], console: Console) -> None:
     """Where the figures come from: the simulated fleet if any, the set, the sample or results, the model."""
     simulated = info.get("simulated")
     if simulated:
-        console.print(f"[yellow]simulated fleet: {simulated['servers']} simulated server(s) at --sim-speed "
-                      f"{simulated['speed']:g}; the throughput and times below are the simulated GPU's (the measured "
-                      f"rate divided by {simulated['speed']:g}), not a real GPU's, and the lengths the "
-                      "simulator's[/yellow]")
+        speed = simulated["speed"]
+        speeds = f"{speed:g}" if isinstance(speed, int | float) else "/".join(f"{s:g}" for s in speed)
+        console.print(f"[yellow]simulated fleet: {simulated['servers']} simulated server(s) at speed {speeds}; the "
+                      "throughput and times below are on the modelled GPU's clock (its busy time at speed 1, read "
+                      "from GET /sim/clock, which the host's load does not stretch), not a real GPU's, and the "
+                      "lengths the simulator's[/yellow]")
     size = (f"{info['prompts']:,} prompts (--set-size, shaped like the {info['prompts_in_files']:,} in --prompts)"
             if info.get("set_size") else f"{info['prompts']:,} prompts")
     head = f"{size} in {len(info['strata'])} strata; {info['measured']:,} results measured"
@@ -126,6 +128,8 @@ def _gpus(info: dict[str, Any]) -> str:
         source = " (assumed one per endpoint; pass --gpus)"
     elif info.get("gpus_from") == "servers":
         source = " (as the servers report them)"
+    elif info.get("gpus_from") == "run.json":
+        source = " (as the run's servers reported them, recorded in run.json)"
     elif reported and reported != plan["gpus"]:
         # The rate was measured on the servers' GPUs: a different --gpus scales every GPU-hour by the ratio.
         source = f" (from --gpus; the servers measured report {reported}: GPU-hours scale by {plan['gpus']}/{reported})"

@@ -7,7 +7,10 @@ The settings are the model, the sampling block as recorded in every ResultRecord
 replaces `settings` and is appended to `history`. Prompt files are recorded with their sha256; adding or
 changing them is allowed and only reported. `sync` says where the run syncs (the --s3 prefix) and
 whether a run of it ever deleted uploaded local segments: then the done ids live only in S3, and a
-resume without that --s3 is refused (`sync_refusal`).
+resume without that --s3 is refused (`sync_refusal`). `fleets` says what the runs ran on, in order (a run on
+the same fleet as the one before adds nothing): whether it was simulated (then its servers, speed, the GPU kind
+it models and that its time is the modelled clock's) and the GPUs the servers report, so a reader of the
+results (`client.estimate --from-results`) knows where their timings came from and never counts ports as GPUs.
 
 Everything here is pure except `read_run_file`, `write_run_file` and `hash_prompt_file` (blocking: call
 them in a thread). The same bytes go to `PREFIX/run.json` with --s3 (client.run's wiring).
@@ -53,6 +56,7 @@ class RunRecord:
     run: str = ""
     history: tuple[dict[str, Any], ...] = field(default=())
     sync: SyncTarget | None = None
+    fleets: tuple[dict[str, Any], ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,17 @@ def next_sync(previous: SyncTarget | None, s3: str | None, delete_uploaded: bool
     if previous is not None:
         return previous.after(s3, delete_uploaded)
     return SyncTarget(s3, delete_uploaded) if s3 else None
+
+
+def next_fleets(previous: tuple[dict[str, Any], ...], fleet: Mapping[str, Any] | None, *, run: str,
+                at: float) -> tuple[dict[str, Any], ...]:
+    """`previous` with this run's fleet appended, unless it is the fleet the last entry names (or unknown)."""
+    if fleet is None:
+        return previous
+    last = {k: v for k, v in previous[-1].items() if k not in ("run", "at_utc")} if previous else None
+    if last == dict(fleet):
+        return previous
+    return (*previous, {"run": run, "at_utc": _iso(at), **fleet})
 
 
 def sync_refusal(out: Path, recorded: SyncTarget | None, s3: str | None) -> str | None:
@@ -200,6 +215,7 @@ def to_json(record: RunRecord) -> bytes:
         "prompts": [{"path": p.path, "sha256": p.sha256, "bytes": p.bytes} for p in record.prompts],
         "history": list(record.history),
         **({"sync": {"s3": record.sync.s3, "deleted_uploaded": record.sync.deleted_uploaded}} if record.sync else {}),
+        **({"fleets": list(record.fleets)} if record.fleets else {}),
     }, option=orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -218,7 +234,9 @@ def from_json(blob: bytes, *, source: str = RUN_FILE) -> RunRecord:
         history = tuple(h for h in obj.get("history", []) if isinstance(h, dict))
         sync = obj.get("sync")
         target = SyncTarget(str(sync["s3"]), bool(sync.get("deleted_uploaded", False))) if sync else None
-        return RunRecord(settings, prompts, float(obj.get("created", 0.0)), str(obj.get("run", "")), history, target)
+        fleets = tuple(f for f in obj.get("fleets", []) if isinstance(f, dict))
+        return RunRecord(settings, prompts, float(obj.get("created", 0.0)), str(obj.get("run", "")), history, target,
+                         fleets)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{source}: unreadable run settings: {exc}") from exc
 

@@ -25,6 +25,8 @@ from client.engine.retry import LocalCount
 from client.engine.session import Fleet, open_fleet
 from client.engine.swarm import RetryPolicy, Swarm, SwarmOutcome, SwarmSettings
 from client.engine.turns import TurnLedger, add_records, count_remaining_events, load_turn_ledger, skip_too_long
+from client.fleet.sim_clock import describe_fleet
+from client.fleet.sim_clock import probe as probe_sim_clock
 from client.local.estimate_file import expected_tokens_per_prompt
 from client.local.ledger import ScanReport, read_done_ids
 from client.local.prompt_files import resolve_prompt_files
@@ -173,7 +175,11 @@ class Run:
                        train_window=cfg.train_window, counts_locally=self._local_count is not None,
                        plan=cfg.plan))
         self.stats.track(len(fleet.endpoints))
-        await gate.record(paths)
+        # run.json records what the results ran on (a simulated fleet's time is its modelled clock's, not the
+        # host's); the first load poll names the servers' GPUs.
+        await fleet.dispatcher.prime()
+        simulated = await probe_sim_clock(fleet.endpoints)
+        await gate.record(paths, describe_fleet(fleet.dispatcher.live(), simulated))
         await check_edited(gate.changed_prompt_files, paths, cfg.out, done_ids, redo=cfg.redo_edited, ledger=ledger)
         if cfg.redo_repetition:
             await redo_stopped(cfg.out, done_ids, ledger=ledger)

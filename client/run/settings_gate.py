@@ -32,6 +32,7 @@ from client.local.run_settings import (
     first_record,
     from_json,
     hash_prompt_file,
+    next_fleets,
     next_sync,
     prompt_changes,
     read_run_file,
@@ -90,6 +91,7 @@ class SettingsGate:
         self.allow_change = allow_change
         self.store = store
         self._settings: dict[str, Any] | None = None
+        self._fleet: dict[str, Any] | None = None
         self.changed_prompt_files: list[Path] = []  # added or changed since the recorded run (after `record`)
         self._local: RunRecord | None = None
         self._remote: RunRecord | None = None
@@ -138,8 +140,10 @@ class SettingsGate:
         await self._read_remote()
         self._compare(settings)
 
-    async def record(self, prompt_paths: Sequence[Path]) -> None:
-        """Hash the prompt files (in threads), report what changed in them, write run.json (local and S3)."""
+    async def record(self, prompt_paths: Sequence[Path], fleet: dict[str, Any] | None = None) -> None:
+        """Hash the prompt files (in threads), report what changed in them, write run.json (local and S3) with
+        the fleet this run runs on (`fleets`)."""
+        self._fleet = fleet
         if self._settings is None:
             raise RuntimeError("SettingsGate.record before check")
         files = await asyncio.gather(*(asyncio.to_thread(hash_prompt_file, path) for path in prompt_paths))
@@ -163,7 +167,8 @@ class SettingsGate:
                                   unknown_records=self.existing_records)
         else:
             record = updated(reference, settings=self._settings, prompts=files, run=self.run_id, at=now)
-        return replace(record, sync=next_sync(record.sync, self.s3, self.delete_uploaded))
+        return replace(record, sync=next_sync(record.sync, self.s3, self.delete_uploaded),
+                       fleets=next_fleets(record.fleets, self._fleet, run=self.run_id, at=now))
 
     async def _record_remote(self, record: RunRecord, files: Sequence[Any]) -> None:
         """Store `record` as PREFIX/run.json unless it holds it already; on a race, compare with the winner's."""

@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 from launch.sim.config import SimConfig
 
 _MAX_LAG = 0.05  # seconds the decode schedule may run behind before it is reset
+# When the host starves the simulator, a slot freed by a finished request waits for the client's next one
+# this long at most (wall seconds) before the next step: see Rank._await_refill. A starved client on a busy
+# two-core machine can take a few hundred ms to answer; a run that drains pays it once.
+_REFILL_WAIT_S = 0.5
+_BEHIND_S = 0.002  # at least this late (or one step alone) counts as behind: a timer's own overshoot does not
 
 
 class EngineRequest:
@@ -85,6 +90,8 @@ class Rank:
         self._rng = rng
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._owed = 0  # slots freed by finished requests that no new request has taken yet
+        self._patient = True  # False after a wait that nothing ended, until the client sends again
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"sim-rank-{self.index}")
@@ -98,6 +105,8 @@ class Rank:
     def submit(self, req: EngineRequest) -> None:
         req.rank = self.index
         self.waiting[req] = None
+        self._owed = max(0, self._owed - 1)
+        self._patient = True
         self._wakeup.set()
 
     def release(self, req: EngineRequest) -> None:
@@ -148,6 +157,9 @@ class Rank:
                 await self._wakeup.wait()
                 next_at = loop.time()
                 continue
+            behind = loop.time() - next_at > max(_BEHIND_S, self.config.step_ms / 1000 / self.config.speed)
+            if self._owed and self._patient and behind:
+                await self._await_refill(loop)
             prefill = self._admit()
             self.stats.prompt_tokens += prefill
             decode_s, prefill_s = self._step_seconds(prefill)
@@ -161,6 +173,24 @@ class Rank:
                 next_at, delay = loop.time(), 0.0  # far behind (CPU starved): do not burst to catch up
             await asyncio.sleep(max(0.0, delay))
             self._decode_step(decode_s)
+
+    async def _await_refill(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Behind schedule with slots that finished requests freed: wait (at most _REFILL_WAIT_S) for the
+        client's next requests before the next step. A starved host delays the client's turnaround by many
+        steps, which a GPU's client does not take (it answers within a step), so stepping on would decode
+        thin batches the modelled GPU would not: its busy time would then move with the host's load. The
+        wait is idle, which the modelled clock (busy_s) does not count; a host that keeps up never waits. A wait
+        that nothing ends means the run is draining: no more waits until the client sends again."""
+        deadline = loop.time() + _REFILL_WAIT_S
+        while self._owed and len(self.running) + len(self.waiting) < self.config.max_running:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), left)
+        if loop.time() >= deadline:
+            self._owed, self._patient = 0, False  # nothing came: the run is draining
 
     def _decode_step(self, seconds: float) -> None:
         batch = len(self.running)
@@ -176,6 +206,7 @@ class Rank:
             req._wake()
         for req in done:
             del self.running[req]
+        self._owed += len(done)
         st = self.stats
         step_us = seconds * 1e6
         for i, value in enumerate((1, batch, step_us, batch * batch, batch * step_us, made)):

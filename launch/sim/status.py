@@ -82,8 +82,12 @@ def clock(engine: Engine) -> dict[str, Any]:
     a run but not this one, so a rate over it is the modelled GPU's."""
     ranks = [{"dp_rank": r.index, "busy_s": r.stats.busy_s, "generation_tokens": r.stats.generation_tokens,
               "prompt_tokens": r.stats.prompt_tokens} for r in engine.ranks]
+    # decode_steps and decode_batch (the requests in the batch, summed over the steps) give the batch the
+    # modelled GPU really decoded: a client that cannot keep up leaves slots empty, which no clock can hide.
     return {"busy_s": sum(r.stats.busy_s for r in engine.ranks) / len(engine.ranks),
             "generation_tokens": sum(r.stats.generation_tokens for r in engine.ranks),
+            "decode_steps": sum(r.stats.decode_moments[0] for r in engine.ranks),
+            "decode_batch": sum(r.stats.decode_moments[1] for r in engine.ranks), "dp_size": len(engine.ranks),
             "speed": engine.config.speed, "accelerator": engine.config.accelerator,
             "monotonic": time.monotonic(), "time": time.time(), "ranks": ranks}
 
