@@ -57,10 +57,20 @@ class Verdict:
 def first_difference(server: list[int], trainer: list[int]) -> int:
     """The first position where the trainer's tokens differ from the server's, or -1 when the trainer's
     tokens begin with all of the server's."""
+    if trainer[:len(server)] == server:  # the common case, compared in C
+        return -1
     for index, token in enumerate(server):
         if index >= len(trainer) or trainer[index] != token:
             return index
     return -1
+
+
+def _find(values: list[int], value: int, start: int, stop: int) -> int:
+    """The first index of `value` in values[start:stop], or -1 (list.index: a scan in C)."""
+    try:
+        return values.index(value, start, stop) if start < stop else -1
+    except ValueError:
+        return -1
 
 
 def _verdict_for(server: list[int], prompt_length: int, row: TrainerRow, ends_turn: bool) -> tuple[int, str]:
@@ -69,25 +79,26 @@ def _verdict_for(server: list[int], prompt_length: int, row: TrainerRow, ends_tu
     position = first_difference(server, row.input_ids)
     if position >= 0:
         return position, ""
-    supervised_prompt = next((i for i in range(prompt_length) if row.loss_mask[i]), -1)
+    supervised_prompt = _find(row.loss_mask, 1, 0, prompt_length)
     if supervised_prompt >= 0:
         return supervised_prompt, "the trainer supervises a token of the prompt, which the model did not generate here"
-    unsupervised = next((i for i in range(prompt_length, len(server)) if not row.loss_mask[i]), -1)
+    unsupervised = _find(row.loss_mask, 0, prompt_length, len(server))
     if unsupervised >= 0:
         return unsupervised, "the trainer gives a generated token no loss"
-    beyond = next((i for i in range(len(server), len(row.input_ids)) if row.loss_mask[i]), -1)
+    beyond = _find(row.loss_mask, 1, len(server), len(row.input_ids))
     if beyond >= 0 and not ends_turn:
         return beyond, "the trainer supervises tokens past the reply's last one, which the model never generated"
     return -1, ""
 
 
 def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = False,
-          max_length: int | None = None) -> Verdict:
+          max_length: int | None = None, literal: bool = False) -> Verdict:
     """Compare what SpecForge trains on for `sample`'s `specforge` row with the server's exact ids of its
     last turn (which must have them): the tokens must begin with the server's, the loss mask must be 0 on
     the prompt and 1 on every generated token, and nothing past the reply may be supervised unless the
     model ended its turn there (the newline the template writes after the end-of-turn token). With the
-    trainer's `max_length`, both sides are what the trainer keeps: their first `max_length` tokens."""
+    trainer's `max_length`, both sides are what the trainer keeps: their first `max_length` tokens. `literal`:
+    the trainer's spans found by encoding each prefix whole (`specforge_parse.trainer_row`), the slow way."""
     turn = sample.last
     record = turn.record
     server = [*turn.prompt, *turn.completion][:max_length]
@@ -101,7 +112,7 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
         line = specforge_line(replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=tools))))
         try:
             row = trainer_row(tok, line["conversations"], tools, max_length=max_length,
-                              train_only_last_turn=train_only_last_turn)
+                              train_only_last_turn=train_only_last_turn, literal=literal)
         except RenderError as exc:
             return Verdict(False, recorded, error=str(exc))
         position, why = _verdict_for(server, min(len(turn.prompt), len(server)), row, ends_turn)
