@@ -44,6 +44,12 @@ class ExportOptions:
     row_group_size: int = 2048
 
 
+# The report's counts of records left out, one reason each, in the order the summary names them.
+LEFT_OUT_REASONS = ("dropped_truncated", "dropped_loops", "unreproducible", "template_left_out", "earlier_turns",
+                    "dropped_long", "dropped_unsupervised", "mismatched_left_out", "failed", "without_ids",
+                    "duplicates", "malformed")
+
+
 @dataclass
 class ExportReport:
     records: int = 0
@@ -61,6 +67,7 @@ class ExportReport:
     duplicates: int = 0
     completion_mismatch: int = 0
     prompt_mismatch: int = 0
+    mismatched_left_out: int = 0  # records whose counts differ from the server's, left out (one a record)
     kept_mismatched: int = 0
     failed: int = 0
     without_ids: int = 0  # --require-exact-ids: records that would have been re-rendered
@@ -83,6 +90,11 @@ class ExportReport:
     @property
     def dropped_window(self) -> int:
         return self.dropped_long + self.dropped_unsupervised
+
+    def left_out_by_reason(self) -> dict[str, int]:
+        """Every record read and not exported, under the one reason it was left out: with `exported` they add
+        up to `records` (a conversation row's turns count one each)."""
+        return {reason: getattr(self, reason) for reason in LEFT_OUT_REASONS}
 
     @property
     def left_out(self) -> int:
@@ -168,6 +180,7 @@ class _Pass:
             setattr(report, f"{kind}_mismatch", getattr(report, f"{kind}_mismatch") + 1)
             report.note(f"{kind} count mismatch", where, detail + ("" if tokens.exact else " (re-rendered)"))
         if problems and not options.keep_mismatched:
+            report.mismatched_left_out += 1
             return
         report.kept_mismatched += bool(problems)
         report.exact += tokens.exact
@@ -288,5 +301,6 @@ def summary(report: ExportReport) -> dict[str, Any]:
     data["problems"] = dict(report.problems)
     data["examples"] = report.examples
     data["left_out"] = report.left_out
+    data["left_out_by_reason"] = report.left_out_by_reason()
     data["template"] = report.template.summary()
     return data

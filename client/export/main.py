@@ -304,17 +304,38 @@ def _report(report: Any, args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if trouble else EXIT_OK
 
 
+# Each reason a record is left out (client.export.build.LEFT_OUT_REASONS), as the summary line names it.
+_REASONS = {
+    "dropped_truncated": "truncated (--drop-truncated)",
+    "dropped_loops": "loops",
+    "unreproducible": "did not end by themselves",
+    "template_left_out": "trained differently by the template",
+    "earlier_turns": "earlier turns of conversation rows",
+    "dropped_long": "longer than --max-length",
+    "dropped_unsupervised": "left without supervised tokens by the cut",
+    "mismatched_left_out": "token counts not the server's",
+    "failed": "render failures",
+    "without_ids": "without server ids",
+    "duplicates": "duplicate ids",
+    "malformed": "malformed",
+}
+
+
 def _counts(report: Any, args: argparse.Namespace) -> str:
-    window = ""
-    if args.max_length is not None:
-        window = (f"; longer than --max-length {args.max_length:,}: cut {report.cut:,}, dropped "
-                  f"{report.dropped_long:,}, left without supervised tokens by the cut {report.dropped_unsupervised:,}")
+    """The summary line: what was written, and every record left out under its reason, so that the counts add
+    up to the records read."""
+    window = f"; cut at --max-length {args.max_length:,}: {report.cut:,}" if args.max_length is not None else ""
     rows = f" in {report.rows:,} conversation row(s)" if args.rows == "conversation" else ""
+    reasons = {reason: count for reason, count in report.left_out_by_reason().items() if count}
+    named = ", ".join(f"{_REASONS[reason]} {count:,}" for reason, count in reasons.items())
+    left = f"left out {sum(reasons.values()):,}" + (f" ({named})" if named else "")
+    mismatched = ""
+    if report.completion_mismatch or report.prompt_mismatch:
+        mismatched = (f"; token counts not the server's: completion {report.completion_mismatch:,}, prompt "
+                      f"{report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'})")
     return (f"exported {report.exported:,} of {report.records:,} record(s){rows} to {args.out} ("
             f"{report.exact:,} from server token ids, {report.rendered:,} re-rendered; {report.tokens:,} tokens); "
-            f"dropped as truncated {report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, "
-            f"prompt {report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
-            f"{report.failed:,}; duplicate ids {report.duplicates:,}{window}")
+            f"{left}{mismatched}{window}")
 
 
 # What the export left out by its own rules, or could not read: (the report's count, the line after it).
