@@ -19,7 +19,9 @@ from typing import Any
 
 from client.core.ids import id_hash
 from client.export import fidelity
+from client.export.checking import Checked, CheckSettings, OrderedChecks
 from client.export.formats import DEFAULT_FORMAT, FORMATS
+from client.export.progress import ExportProgress
 from client.export.render import ChatTokenizer, RenderError, Tokens, has_exact_ids, render_record
 from client.export.rows import ENDED_BY_ITSELF, Conversations, Sample, Turn, Window
 from client.export.writers import open_writer
@@ -42,6 +44,7 @@ class ExportOptions:
     allow_template_mismatch: bool = False
     train_only_last_turn: bool = False  # SpecForge's data.train_only_last_turn, as the check assumes it
     row_group_size: int = 2048
+    jobs: int = 1  # processes for the template check (client.export.checking)
 
 
 # The report's counts of records left out, one reason each, in the order the summary names them.
@@ -132,6 +135,9 @@ class _Pass:
         self.format = FORMATS[options.fmt]
         self.checking = options.template_check == "all" or (options.template_check == "auto"
                                                               and self.format.rerendered)
+        window = options.window
+        settings = CheckSettings(options.train_only_last_turn, window.max_length if window.over == "cut" else None)
+        self.checks = OrderedChecks(tok, settings, self._checked, jobs=options.jobs)
 
     def record(self, where: str, record: dict[str, Any]) -> None:
         report = self.report
@@ -201,30 +207,29 @@ class _Pass:
         return (window.max_length is not None and window.over == "cut"
                 and len(tokens.prompt) + len(tokens.completion) >= window.max_length)
 
-    def _checked(self, sample: Sample) -> Sample | None:
-        """The sample with the tools in the form the trainer must get, or None when the trainer renders it
-        differently from the server's ids and the export leaves it out."""
-        report, turn = self.report, sample.last
-        if not (self.checking and has_exact_ids(turn.record)):
-            report.template.unchecked += 1
-            return sample
-        window = self.options.window
-        verdict = fidelity.check(sample, self.tok, train_only_last_turn=self.options.train_only_last_turn,
-                                 max_length=window.max_length if window.over == "cut" else None)
-        report.template.add(turn.where, turn.record, verdict)
-        if verdict.matched:
-            return replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=verdict.tools)))
-        if self.format.rerendered and not self.options.allow_template_mismatch:
-            report.template_left_out += len(sample.turns)
-            return None
-        return sample
-
     def emit(self, sample: Sample) -> None:
-        report = self.report
-        checked = self._checked(sample)
-        if checked is None:
+        self.checks.add(sample, checked=self.checking and has_exact_ids(sample.last.record))
+
+    def _checked(self, sample: Sample, verdict: Checked | None) -> None:
+        """A sample back from the check, in the order it was emitted: written, or left out and counted."""
+        report, turn = self.report, sample.last
+        if isinstance(verdict, str):
+            report.malformed += len(sample.turns)
+            report.note("malformed record", turn.where, verdict)
             return
-        sample = checked
+        if verdict is None:
+            report.template.unchecked += 1
+        else:
+            report.template.add(turn.where, turn.record, verdict)
+            if verdict.matched:
+                sample = replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=verdict.tools)))
+            elif self.format.rerendered and not self.options.allow_template_mismatch:
+                report.template_left_out += len(sample.turns)
+                return
+        self._write(sample)
+
+    def _write(self, sample: Sample) -> None:
+        report = self.report
         verdict, input_ids, loss_mask = self.options.window.fit(sample, self.options.fmt)
         # A conversation row trains its last turn; the turns before it are trained in their own rows only.
         earlier = len(sample.turns) - 1
@@ -247,6 +252,7 @@ class _Pass:
             self.report.unfinished_conversations = len(rest)
             for sample in rest:
                 self.emit(sample)
+        self.checks.finish()
 
     def read(self, reading: ReadReport) -> None:
         """Lines that were not records: damage the user must hear of (a torn last line is a write the crash
@@ -272,9 +278,12 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
     run = _Pass(tok, part, options)
     try:
         reading = ReadReport()
-        for item, record in iter_records(location, reading, s3_endpoint_url=s3_endpoint_url):
-            run.record(f"{item.where}:{item.line}: {record['id']}", record)
-        run.finish()
+        report = run.report
+        with ExportProgress(lambda: (report.records, report.template.checked, reading.expected)) as progress:
+            for item, record in iter_records(location, reading, s3_endpoint_url=s3_endpoint_url):
+                run.record(f"{item.where}:{item.line}: {record['id']}", record)
+                progress.tick()
+            run.finish()
         run.read(reading)
         run.report.template_refused = run.refused_by_template()
         finished = not run.report.without_ids and not run.report.template_refused
@@ -282,6 +291,8 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
     except BaseException:
         # A full disk, Ctrl-C or SIGTERM: no partial OUT.part is left to fill the disk. Closing a writer whose
         # file already failed raises again (pyarrow: "Operation on closed file"); the first error is the one.
+        with contextlib.suppress(Exception):
+            run.checks.close()
         with contextlib.suppress(Exception):
             run.writer.close()
         with contextlib.suppress(FileNotFoundError):

@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-only-last-turn", action="store_true",
                         help="--format specforge: the trainer is run with data.train_only_last_turn: true; the "
                              "template check then judges the loss mask as SpecForge makes it with that setting")
+    parser.add_argument("--jobs", type=positive_int, metavar="N",
+                        help="processes for the template check, one row at a time each (default: the usable "
+                             "cores; 1: in this process)")
     parser.add_argument("--row-group-size", type=positive_int, default=2048, metavar="N",
                         help="rows per parquet row group (default: %(default)s)")
     add_s3_endpoint_url(parser)
@@ -189,6 +192,7 @@ def check_out_is_safe(out: Path, results: str, fmt: str = DEFAULT_FORMAT) -> Non
 
 def _options(args: argparse.Namespace) -> Any:
     from client.export.build import ExportOptions
+    from client.export.checking import usable_cores
     from client.export.rows import Window
 
     return ExportOptions(fmt=args.format, rows=args.rows, window=Window(args.max_length, args.over_length),
@@ -196,7 +200,8 @@ def _options(args: argparse.Namespace) -> Any:
                          require_exact=args.require_exact_ids, template_check=args.template_check,
                          max_template_mismatch=args.max_template_mismatch,
                          allow_template_mismatch=args.allow_template_mismatch,
-                         train_only_last_turn=args.train_only_last_turn, row_group_size=args.row_group_size)
+                         train_only_last_turn=args.train_only_last_turn, row_group_size=args.row_group_size,
+                         jobs=args.jobs or usable_cores())
 
 
 def _print_template(report: Any, args: argparse.Namespace) -> None:
