@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 
+from client.export import fidelity
+from client.export.render import assistant_turn, sglang_tool
+from client.export.rows import Sample, Turn
 from client.export.specforge_parse import trainer_row
-from client.local.chat_template import ChatTokenizer, _first_piece_apart
+from client.local.chat_template import ChatTokenizer, _first_piece_apart, template_messages
 from tests.real_templates import QWEN3, QWEN35, QWEN36, tokenizer_dir
-from tests.results_fixture import tool_call
+from tests.results_fixture import result, tool_call
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 TEXTS = [
@@ -74,3 +77,40 @@ def test_the_row_is_the_trainers_literal_row(tmp_path: Path, name: str) -> None:
                                       literal=True)
                 assert fast == literal
                 assert any(fast.loss_mask) or max_length is not None  # spans were found and mapped
+
+
+def _served(tok: ChatTokenizer, record: dict[str, Any], tools: list[dict[str, Any]] | None) -> Sample:
+    """The record as a server that rendered `tools` made it: its prompt and reply ids."""
+    history = template_messages(record["messages"], tok.content_format)
+    prompt = tok.render(history, tools, add_generation_prompt=True)
+    full = tok.render([*history, *template_messages([assistant_turn(record)])], tools, add_generation_prompt=False)
+    assert full.startswith(prompt) and tok.eos
+    reply = full[len(prompt):]
+    reply = reply[:reply.index(tok.eos) + len(tok.eos)]
+    turn = Turn(record, tok.encode(prompt), tok.encode(reply), record.get("tools"), record["id"])
+    return Sample(record["id"], (turn,), tok.content_format)
+
+
+@pytest.mark.parametrize("name", [QWEN36, QWEN3])
+def test_a_check_that_leaves_the_recorded_tools_early_gives_the_literal_verdict(tmp_path: Path, name: str) -> None:
+    """The recorded tools' form is judged on the ids up to where its text parts from SGLang's (rows of a run
+    on SGLang): the verdict is the one of the check that renders and encodes every form whole, whichever form
+    the server rendered, with the trainer's template or another, cut by a window or not."""
+    serving = ChatTokenizer.load(tokenizer_dir(name, tmp_path / name))
+    trainer_dir = tokenizer_dir(name, tmp_path / f"{name}-trainer")
+    template = (trainer_dir / "chat_template.jinja").read_text()
+    (trainer_dir / "chat_template.jinja").write_text(template.replace("</think>\\n\\n", "</think>\\n"))
+    other = ChatTokenizer.load(trainer_dir)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    call = {**tool_call("get_weather", '{"city": "Paris"}'), "id": "call_1"}
+    record = result("tools", reasoning="I should call it.", content="Let me check.", tool_calls=[call],
+                    tools=[weather], finish_reason="tool_calls")
+    verdicts = []
+    for tools in ([weather], [sglang_tool(weather)]):
+        sample = _served(serving, record, tools)
+        for tok in (serving, other):
+            for max_length in (None, 12, 400):
+                fast = fidelity.check(sample, tok, max_length=max_length)
+                assert fast == fidelity.check(sample, tok, max_length=max_length, literal=True)
+                verdicts.append(fast.matched)
+    assert True in verdicts and False in verdicts

@@ -29,12 +29,13 @@ the export writes the tools in that form, so that the trainer renders what the s
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from client.export.render import ChatTokenizer, RenderError, sglang_tool
 from client.export.rows import Sample, specforge_line
-from client.export.specforge_parse import TrainerRow, trainer_row
+from client.export.specforge_parse import TrainerRow, trainer_row, trainer_text
 
 CONTEXT_TOKENS = 8  # decoded each side of the first differing position
 MAX_EXAMPLES = 10
@@ -107,15 +108,36 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
     if recorded:
         forms.append([sglang_tool(t) if isinstance(t, dict) else t for t in recorded])
     ends_turn = bool(tok.eos) and bool(turn.completion) and tok.decode(turn.completion[-1:]) == tok.eos
-    first: tuple[int, str, list[int]] | None = None
-    for tools in forms:
-        line = specforge_line(replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=tools))))
+    conversations = [specforge_line(replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=tools))))
+                     ["conversations"] for tools in forms]
+    prompt_length = min(len(turn.prompt), len(server))
+    rendered: list[tuple[str, int] | None] = [None] * len(forms)
+    if len(forms) == 2 and not literal:
+        # Tools SGLang rendered in its own form (every row of a run on SGLang): the recorded form is judged
+        # on the ids up to where its text parts from SGLang's, and left at that when they differ there.
         try:
-            row = trainer_row(tok, line["conversations"], tools, max_length=max_length,
-                              train_only_last_turn=train_only_last_turn, literal=literal)
+            own = trainer_text(tok, conversations[0], forms[0])
         except RenderError as exc:
             return Verdict(False, recorded, error=str(exc))
-        position, why = _verdict_for(server, min(len(turn.prompt), len(server)), row, ends_turn)
+        sglang: tuple[str, int] | None = None
+        with contextlib.suppress(RenderError):  # raised again below, where the recorded form does not match
+            sglang = trainer_text(tok, conversations[1], forms[1])
+        rendered = [own, sglang]
+        if sglang is not None and sglang[0] == own[0]:
+            forms = forms[:1]  # the same text: the same verdict
+        elif sglang is not None and _parts_early(tok, server, own[0], sglang[0]):
+            row = trainer_row(tok, conversations[1], forms[1], max_length=max_length,
+                              train_only_last_turn=train_only_last_turn, rendered=sglang)
+            if _verdict_for(server, prompt_length, row, ends_turn)[0] < 0:
+                return Verdict(True, forms[1])
+    first: tuple[int, str, list[int]] | None = None
+    for index, tools in enumerate(forms):
+        try:
+            row = trainer_row(tok, conversations[index], tools, max_length=max_length,
+                              train_only_last_turn=train_only_last_turn, literal=literal, rendered=rendered[index])
+        except RenderError as exc:
+            return Verdict(False, recorded, error=str(exc))
+        position, why = _verdict_for(server, prompt_length, row, ends_turn)
         if position < 0:
             return Verdict(True, tools)
         if row.emptied_arguments:
@@ -128,6 +150,29 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
     low = max(0, position - CONTEXT_TOKENS)
     return Verdict(False, recorded, position, pieces(tok, server[low:position + CONTEXT_TOKENS]),
                    pieces(tok, trainer[low:position + CONTEXT_TOKENS]), reason=why)
+
+
+def _parts_early(tok: ChatTokenizer, server: list[int], text: str, other: str) -> bool:
+    """True when `text`'s ids differ from the server's before `other`'s would: its ids up to the first added
+    token after the first character where the two texts part (the start of its whole encoding) already
+    differ from the server's. Then `text` cannot match, and is not encoded whole."""
+    ids = tok.encode_through(text, _parted_at(text, other))
+    if ids is None:
+        return False
+    count = min(len(ids), len(server))
+    return ids[:count] != server[:count]
+
+
+def _parted_at(text: str, other: str) -> int:
+    """The length of the two texts' common start (a binary search of slices compared in C)."""
+    low, high = 0, min(len(text), len(other))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text[:middle] == other[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def pieces(tok: ChatTokenizer, ids: list[int]) -> tuple[str, ...]:

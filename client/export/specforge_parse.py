@@ -124,14 +124,22 @@ def _prefix_length(tok: ChatTokenizer, text: str, max_length: int | None) -> int
     return len(ids) if max_length is None else min(len(ids), max_length)
 
 
+def trainer_text(tok: ChatTokenizer, conversation: list[dict[str, Any]],
+                 tools: list[dict[str, Any]] | None) -> tuple[str, int]:
+    """The text SpecForge renders for the row, and how many tool-call arguments it emptied."""
+    messages, emptied = trainer_messages(conversation)
+    return tok.render(messages, tools or None, add_generation_prompt=False, kwargs={"enable_thinking": True}), emptied
+
+
 def trainer_row(tok: ChatTokenizer, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-                max_length: int | None = None, train_only_last_turn: bool = False, literal: bool = False) -> TrainerRow:
+                max_length: int | None = None, train_only_last_turn: bool = False, literal: bool = False,
+                rendered: tuple[str, int] | None = None) -> TrainerRow:
     """The row as SpecForge's `ThinkingParser.parse` makes it (`max_length` None: not cut). The spans' token
     positions are the lengths of their prefixes' encodings, found from the one encoding of the text
     (`ChatTokenizer.encode_prefixes`); `literal` encodes each prefix whole, as SpecForge does: the same
-    row, several times slower on a long one (the reference a test and `bench.template_check` hold it to)."""
-    messages, emptied = trainer_messages(conversation)
-    text = tok.render(messages, tools or None, add_generation_prompt=False, kwargs={"enable_thinking": True})
+    row, several times slower on a long one (the reference a test and `bench.template_check` hold it to).
+    `rendered`: `trainer_text`'s result when the caller has it already."""
+    text, emptied = rendered if rendered is not None else trainer_text(tok, conversation, tools)
     spans = list(_SPAN.finditer(text))
     if train_only_last_turn and spans:
         spans = spans[-1:]

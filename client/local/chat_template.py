@@ -150,17 +150,40 @@ class ChatTokenizer:
                 lengths.append(cuts[at][1] + self._tail(text[ends[at]:k]))
         return ids, lengths
 
+    def encode_through(self, text: str, position: int) -> list[int] | None:
+        """The first ids of `text`'s encoding: those of the text up to the end of the first added token that
+        ends after `position` (encoded alone, they are where the whole text's begin: `encode_prefixes`); None
+        when no added token ends after it, or the tokenizer is not one where this holds."""
+        if self._added is None:
+            return None
+        end = next((match.end() for match in self._added.pattern.finditer(text, max(0, position - 64))
+                    if match.end() > position), None)
+        if end is None:
+            return None
+        ids = self.encode(text[:end])
+        cuts = self._cuts_in(text[:end], ids)
+        return ids if cuts and cuts[-1] == (end, len(ids)) else None
+
     def _cuts_in(self, text: str, ids: list[int]) -> list[tuple[int, int]] | None:
         """(character end, tokens up to and including it) of each added token of `text`, or None when the
         occurrences of the added tokens' contents in the text are not the added ids of `ids`, in order."""
-        if self._added is None:
+        added = self._added
+        if added is None:
             return None
-        found = [(match.end(), self._added.ids[match.group()]) for match in self._added.pattern.finditer(text)]
-        positions = [index for index, token in enumerate(ids) if token in self._added.id_set]
-        if len(found) != len(positions) or any(ids[i] != token for i, (_, token) in zip(positions, found, strict=True)):
+        found = [(match.end(), added.ids[match.group()]) for match in added.pattern.finditer(text)]
+        if sum(ids.count(token) for token in added.id_set) != len(found):
             return None
-        return [(end, index + 1) for (end, token), index in zip(found, positions, strict=True)
-                if token in self._added.cuts]
+        cuts, index = [], -1
+        for end, token in found:
+            # The next of that id: with as many added ids in `ids` as occurrences in the text, taking each in
+            # turn ties every occurrence to its id, or fails.
+            try:
+                index = ids.index(token, index + 1)
+            except ValueError:
+                return None
+            if token in added.cuts:
+                cuts.append((end, index + 1))
+        return cuts
 
     def _tail(self, text: str) -> int:
         if not text:
