@@ -2,11 +2,12 @@
 
 This module owns the pass over the results: which records are trusted (duplicates, truncated, counts
 that differ from the server's usage), the template-fidelity check of every record with exact ids
-(`client.export.fidelity`, in order on worker processes: `client.export.checking`), the grouping of `--turns all` turns into conversations, the trainer's window
-(`client.export.rows`), and the report's figures, every record left out counted under one reason (shown
-as it goes by `client.export.progress`). Rows are streamed to OUT.part and renamed to OUT at the
-end, unless the export is refused (records without ids under `require_exact`, or too many rows the
-trainer's template renders differently); then OUT.part is removed and OUT left as it was.
+(`client.export.fidelity`, in order on worker processes: `client.export.checking`), the grouping of
+`--turns all` turns into conversations, the trainer's window (`client.export.rows`), and the report's
+figures, every record left out counted under one reason (shown as it goes by `client.export.progress`).
+Rows are streamed to OUT.part and renamed to OUT at the end, unless the export is refused (records
+without ids under `require_exact`, or too many rows the trainer's template renders differently); then
+OUT.part is removed and OUT left as it was.
 """
 
 from __future__ import annotations
