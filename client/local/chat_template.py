@@ -1,8 +1,9 @@
 """A model's chat template and tokenizer, from its directory: render a conversation as the server does
-(Jinja, as Hugging Face and SGLang render it) and count or encode it. Used by the export's re-render and
-fidelity check (client.export) and by `client.run --tokenizer DIR`, which counts prompts for
---train-window on servers that cannot count them. Needs the `[export]` extra (tokenizers, jinja2): import
-this module only where those are wanted."""
+(Jinja, as Hugging Face and SGLang render it) and count or encode it, with the lengths of a text's
+prefixes' encodings read off its one encoding (what the export's template check needs for each loss-mask
+span). Used by the export's re-render and fidelity check (client.export) and by `client.run --tokenizer
+DIR`, which counts prompts for --train-window on servers that cannot count them. Needs the `[export]`
+extra (tokenizers, jinja2): import this module only where those are wanted."""
 
 from __future__ import annotations
 
