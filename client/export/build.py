@@ -2,10 +2,12 @@
 
 This module owns the pass over the results: which records are trusted (duplicates, truncated, counts
 that differ from the server's usage), the template-fidelity check of every record with exact ids
-(`client.export.fidelity`), the grouping of `--turns all` turns into conversations, the trainer's window
-(`client.export.rows`), and the report's figures. Rows are streamed to OUT.part and renamed to OUT at the
-end, unless the export is refused (records without ids under `require_exact`, or too many rows the
-trainer's template renders differently); then OUT.part is removed and OUT left as it was.
+(`client.export.fidelity`, in order on worker processes: `client.export.checking`), the grouping of
+`--turns all` turns into conversations, the trainer's window (`client.export.rows`), and the report's
+figures, every record left out counted under one reason (shown as it goes by `client.export.progress`).
+Rows are streamed to OUT.part and renamed to OUT at the end, unless the export is refused (records
+without ids under `require_exact`, or too many rows the trainer's template renders differently); then
+OUT.part is removed and OUT left as it was.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 from client.core.entry import interrupts_held
 from client.core.ids import id_hash
 from client.export import fidelity
+from client.export.checking import Checked, CheckSettings, OrderedChecks
 from client.export.formats import DEFAULT_FORMAT, FORMATS
+from client.export.progress import ExportProgress
 from client.export.render import ChatTokenizer, RenderError, Tokens, has_exact_ids, render_record
 from client.export.rows import ENDED_BY_ITSELF, Conversations, Sample, Turn, Window
 from client.export.writers import Writer, open_writer
@@ -43,6 +47,13 @@ class ExportOptions:
     allow_template_mismatch: bool = False
     train_only_last_turn: bool = False  # SpecForge's data.train_only_last_turn, as the check assumes it
     row_group_size: int = 2048
+    jobs: int = 1  # processes for the template check (client.export.checking)
+
+
+# The report's counts of records left out, one reason each, in the order the summary names them.
+LEFT_OUT_REASONS = ("dropped_truncated", "dropped_loops", "unreproducible", "template_left_out", "earlier_turns",
+                    "dropped_long", "dropped_unsupervised", "mismatched_left_out", "failed", "without_ids",
+                    "duplicates", "malformed")
 
 
 @dataclass
@@ -62,6 +73,7 @@ class ExportReport:
     duplicates: int = 0
     completion_mismatch: int = 0
     prompt_mismatch: int = 0
+    mismatched_left_out: int = 0  # records whose counts differ from the server's, left out (one a record)
     kept_mismatched: int = 0
     failed: int = 0
     without_ids: int = 0  # --require-exact-ids: records that would have been re-rendered
@@ -84,6 +96,11 @@ class ExportReport:
     @property
     def dropped_window(self) -> int:
         return self.dropped_long + self.dropped_unsupervised
+
+    def left_out_by_reason(self) -> dict[str, int]:
+        """Every record read and not exported, under the one reason it was left out: with `exported` they add
+        up to `records` (a conversation row's turns count one each)."""
+        return {reason: getattr(self, reason) for reason in LEFT_OUT_REASONS}
 
     @property
     def left_out(self) -> int:
@@ -121,6 +138,9 @@ class _Pass:
         self.format = FORMATS[options.fmt]
         self.checking = options.template_check == "all" or (options.template_check == "auto"
                                                               and self.format.rerendered)
+        window = options.window
+        settings = CheckSettings(options.train_only_last_turn, window.max_length if window.over == "cut" else None)
+        self.checks = OrderedChecks(tok, settings, self._checked, jobs=options.jobs)
 
     def record(self, where: str, record: dict[str, Any]) -> None:
         report = self.report
@@ -169,6 +189,7 @@ class _Pass:
             setattr(report, f"{kind}_mismatch", getattr(report, f"{kind}_mismatch") + 1)
             report.note(f"{kind} count mismatch", where, detail + ("" if tokens.exact else " (re-rendered)"))
         if problems and not options.keep_mismatched:
+            report.mismatched_left_out += 1
             return
         report.kept_mismatched += bool(problems)
         report.exact += tokens.exact
@@ -189,30 +210,29 @@ class _Pass:
         return (window.max_length is not None and window.over == "cut"
                 and len(tokens.prompt) + len(tokens.completion) >= window.max_length)
 
-    def _checked(self, sample: Sample) -> Sample | None:
-        """The sample with the tools in the form the trainer must get, or None when the trainer renders it
-        differently from the server's ids and the export leaves it out."""
-        report, turn = self.report, sample.last
-        if not (self.checking and has_exact_ids(turn.record)):
-            report.template.unchecked += 1
-            return sample
-        window = self.options.window
-        verdict = fidelity.check(sample, self.tok, train_only_last_turn=self.options.train_only_last_turn,
-                                 max_length=window.max_length if window.over == "cut" else None)
-        report.template.add(turn.where, turn.record, verdict)
-        if verdict.matched:
-            return replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=verdict.tools)))
-        if self.format.rerendered and not self.options.allow_template_mismatch:
-            report.template_left_out += len(sample.turns)
-            return None
-        return sample
-
     def emit(self, sample: Sample) -> None:
-        report = self.report
-        checked = self._checked(sample)
-        if checked is None:
+        self.checks.add(sample, checked=self.checking and has_exact_ids(sample.last.record))
+
+    def _checked(self, sample: Sample, verdict: Checked | None) -> None:
+        """A sample back from the check, in the order it was emitted: written, or left out and counted."""
+        report, turn = self.report, sample.last
+        if isinstance(verdict, str):
+            report.malformed += len(sample.turns)
+            report.note("malformed record", turn.where, verdict)
             return
-        sample = checked
+        if verdict is None:
+            report.template.unchecked += 1
+        else:
+            report.template.add(turn.where, turn.record, verdict)
+            if verdict.matched:
+                sample = replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=verdict.tools)))
+            elif self.format.rerendered and not self.options.allow_template_mismatch:
+                report.template_left_out += len(sample.turns)
+                return
+        self._write(sample)
+
+    def _write(self, sample: Sample) -> None:
+        report = self.report
         verdict, input_ids, loss_mask = self.options.window.fit(sample, self.options.fmt)
         # A conversation row trains its last turn; the turns before it are trained in their own rows only.
         earlier = len(sample.turns) - 1
@@ -235,6 +255,7 @@ class _Pass:
             self.report.unfinished_conversations = len(rest)
             for sample in rest:
                 self.emit(sample)
+        self.checks.finish()
 
     def read(self, reading: ReadReport) -> None:
         """Lines that were not records: damage the user must hear of (a torn last line is a write the crash
@@ -253,13 +274,15 @@ class _Pass:
                 and template.mismatch_share > self.options.max_template_mismatch)
 
 
-def _discard(writer: Writer, part: Path) -> None:
+def _discard(writer: Writer, part: Path, checks: OrderedChecks) -> None:
     """Close and remove OUT.part. A second Ctrl-C or SIGTERM (people press twice) waits until it is gone: the
     first already stops the export, and the second must not skip the removal; the inner `finally` covers
     one that came before the hold. Closing a writer whose file already failed raises again (pyarrow:
     "Operation on closed file"); the first error is the one."""
     with interrupts_held():
         try:
+            with contextlib.suppress(Exception):
+                checks.close()  # its worker processes end with the export
             with contextlib.suppress(Exception):
                 writer.close()
         finally:
@@ -274,16 +297,19 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
     run = _Pass(tok, part, options)
     try:
         reading = ReadReport()
-        for item, record in iter_records(location, reading, s3_endpoint_url=s3_endpoint_url):
-            run.record(f"{item.where}:{item.line}: {record['id']}", record)
-        run.finish()
+        report = run.report
+        with ExportProgress(lambda: (report.records, report.template.checked, reading.expected)) as progress:
+            for item, record in iter_records(location, reading, s3_endpoint_url=s3_endpoint_url):
+                run.record(f"{item.where}:{item.line}: {record['id']}", record)
+                progress.tick()
+            run.finish()
         run.read(reading)
         run.report.template_refused = run.refused_by_template()
         finished = not run.report.without_ids and not run.report.template_refused
         run.writer.close()
     except BaseException:
         # A full disk, Ctrl-C or SIGTERM: no partial OUT.part is left to fill the disk.
-        _discard(run.writer, part)
+        _discard(run.writer, part, run.checks)
         raise
     if finished:
         os.replace(part, out)
@@ -299,5 +325,6 @@ def summary(report: ExportReport) -> dict[str, Any]:
     data["problems"] = dict(report.problems)
     data["examples"] = report.examples
     data["left_out"] = report.left_out
+    data["left_out_by_reason"] = report.left_out_by_reason()
     data["template"] = report.template.summary()
     return data

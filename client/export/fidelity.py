@@ -29,12 +29,13 @@ the export writes the tools in that form, so that the trainer renders what the s
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from client.export.render import ChatTokenizer, RenderError, sglang_tool
 from client.export.rows import Sample, specforge_line
-from client.export.specforge_parse import TrainerRow, trainer_row
+from client.export.specforge_parse import TrainerRow, trainer_row, trainer_text
 
 CONTEXT_TOKENS = 8  # decoded each side of the first differing position
 MAX_EXAMPLES = 10
@@ -57,10 +58,20 @@ class Verdict:
 def first_difference(server: list[int], trainer: list[int]) -> int:
     """The first position where the trainer's tokens differ from the server's, or -1 when the trainer's
     tokens begin with all of the server's."""
+    if trainer[:len(server)] == server:  # the common case, compared in C
+        return -1
     for index, token in enumerate(server):
         if index >= len(trainer) or trainer[index] != token:
             return index
     return -1
+
+
+def _find(values: list[int], value: int, start: int, stop: int) -> int:
+    """The first index of `value` in values[start:stop], or -1 (list.index: a scan in C)."""
+    try:
+        return values.index(value, start, stop) if start < stop else -1
+    except ValueError:
+        return -1
 
 
 def _verdict_for(server: list[int], prompt_length: int, row: TrainerRow, ends_turn: bool) -> tuple[int, str]:
@@ -69,25 +80,26 @@ def _verdict_for(server: list[int], prompt_length: int, row: TrainerRow, ends_tu
     position = first_difference(server, row.input_ids)
     if position >= 0:
         return position, ""
-    supervised_prompt = next((i for i in range(prompt_length) if row.loss_mask[i]), -1)
+    supervised_prompt = _find(row.loss_mask, 1, 0, prompt_length)
     if supervised_prompt >= 0:
         return supervised_prompt, "the trainer supervises a token of the prompt, which the model did not generate here"
-    unsupervised = next((i for i in range(prompt_length, len(server)) if not row.loss_mask[i]), -1)
+    unsupervised = _find(row.loss_mask, 0, prompt_length, len(server))
     if unsupervised >= 0:
         return unsupervised, "the trainer gives a generated token no loss"
-    beyond = next((i for i in range(len(server), len(row.input_ids)) if row.loss_mask[i]), -1)
+    beyond = _find(row.loss_mask, 1, len(server), len(row.input_ids))
     if beyond >= 0 and not ends_turn:
         return beyond, "the trainer supervises tokens past the reply's last one, which the model never generated"
     return -1, ""
 
 
 def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = False,
-          max_length: int | None = None) -> Verdict:
+          max_length: int | None = None, literal: bool = False) -> Verdict:
     """Compare what SpecForge trains on for `sample`'s `specforge` row with the server's exact ids of its
     last turn (which must have them): the tokens must begin with the server's, the loss mask must be 0 on
     the prompt and 1 on every generated token, and nothing past the reply may be supervised unless the
     model ended its turn there (the newline the template writes after the end-of-turn token). With the
-    trainer's `max_length`, both sides are what the trainer keeps: their first `max_length` tokens."""
+    trainer's `max_length`, both sides are what the trainer keeps: their first `max_length` tokens. `literal`:
+    the trainer's spans found by encoding each prefix whole (`specforge_parse.trainer_row`), the slow way."""
     turn = sample.last
     record = turn.record
     server = [*turn.prompt, *turn.completion][:max_length]
@@ -96,15 +108,36 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
     if recorded:
         forms.append([sglang_tool(t) if isinstance(t, dict) else t for t in recorded])
     ends_turn = bool(tok.eos) and bool(turn.completion) and tok.decode(turn.completion[-1:]) == tok.eos
-    first: tuple[int, str, list[int]] | None = None
-    for tools in forms:
-        line = specforge_line(replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=tools))))
+    conversations = [specforge_line(replace(sample, turns=(*sample.turns[:-1], replace(turn, tools=tools))))
+                     ["conversations"] for tools in forms]
+    prompt_length = min(len(turn.prompt), len(server))
+    rendered: list[tuple[str, int] | None] = [None] * len(forms)
+    if len(forms) == 2 and not literal:
+        # Tools SGLang rendered in its own form (every row of a run on SGLang): the recorded form is judged
+        # on the ids up to where its text parts from SGLang's, and left at that when they differ there.
         try:
-            row = trainer_row(tok, line["conversations"], tools, max_length=max_length,
-                              train_only_last_turn=train_only_last_turn)
+            own = trainer_text(tok, conversations[0], forms[0])
         except RenderError as exc:
             return Verdict(False, recorded, error=str(exc))
-        position, why = _verdict_for(server, min(len(turn.prompt), len(server)), row, ends_turn)
+        sglang: tuple[str, int] | None = None
+        with contextlib.suppress(RenderError):  # raised again below, where the recorded form does not match
+            sglang = trainer_text(tok, conversations[1], forms[1])
+        rendered = [own, sglang]
+        if sglang is not None and sglang[0] == own[0]:
+            forms = forms[:1]  # the same text: the same verdict
+        elif sglang is not None and _parts_early(tok, server, own[0], sglang[0]):
+            row = trainer_row(tok, conversations[1], forms[1], max_length=max_length,
+                              train_only_last_turn=train_only_last_turn, rendered=sglang)
+            if _verdict_for(server, prompt_length, row, ends_turn)[0] < 0:
+                return Verdict(True, forms[1])
+    first: tuple[int, str, list[int]] | None = None
+    for index, tools in enumerate(forms):
+        try:
+            row = trainer_row(tok, conversations[index], tools, max_length=max_length,
+                              train_only_last_turn=train_only_last_turn, literal=literal, rendered=rendered[index])
+        except RenderError as exc:
+            return Verdict(False, recorded, error=str(exc))
+        position, why = _verdict_for(server, prompt_length, row, ends_turn)
         if position < 0:
             return Verdict(True, tools)
         if row.emptied_arguments:
@@ -117,6 +150,29 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
     low = max(0, position - CONTEXT_TOKENS)
     return Verdict(False, recorded, position, pieces(tok, server[low:position + CONTEXT_TOKENS]),
                    pieces(tok, trainer[low:position + CONTEXT_TOKENS]), reason=why)
+
+
+def _parts_early(tok: ChatTokenizer, server: list[int], text: str, other: str) -> bool:
+    """True when `text`'s ids differ from the server's before `other`'s would: its ids up to the first added
+    token after the first character where the two texts part (the start of its whole encoding) already
+    differ from the server's. Then `text` cannot match, and is not encoded whole."""
+    ids = tok.encode_through(text, _parted_at(text, other))
+    if ids is None:
+        return False
+    count = min(len(ids), len(server))
+    return ids[:count] != server[:count]
+
+
+def _parted_at(text: str, other: str) -> int:
+    """The length of the two texts' common start (a binary search of slices compared in C)."""
+    low, high = 0, min(len(text), len(other))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text[:middle] == other[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def pieces(tok: ChatTokenizer, ids: list[int]) -> tuple[str, ...]:

@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-only-last-turn", action="store_true",
                         help="--format specforge: the trainer is run with data.train_only_last_turn: true; the "
                              "template check then judges the loss mask as SpecForge makes it with that setting")
+    parser.add_argument("--jobs", type=positive_int, metavar="N",
+                        help="processes for the template check, one row at a time each (default: the usable "
+                             "cores; 1: in this process)")
     parser.add_argument("--row-group-size", type=positive_int, default=2048, metavar="N",
                         help="rows per parquet row group (default: %(default)s)")
     add_s3_endpoint_url(parser)
@@ -189,6 +192,7 @@ def check_out_is_safe(out: Path, results: str, fmt: str = DEFAULT_FORMAT) -> Non
 
 def _options(args: argparse.Namespace) -> Any:
     from client.export.build import ExportOptions
+    from client.export.checking import usable_cores
     from client.export.rows import Window
 
     return ExportOptions(fmt=args.format, rows=args.rows, window=Window(args.max_length, args.over_length),
@@ -196,7 +200,8 @@ def _options(args: argparse.Namespace) -> Any:
                          require_exact=args.require_exact_ids, template_check=args.template_check,
                          max_template_mismatch=args.max_template_mismatch,
                          allow_template_mismatch=args.allow_template_mismatch,
-                         train_only_last_turn=args.train_only_last_turn, row_group_size=args.row_group_size)
+                         train_only_last_turn=args.train_only_last_turn, row_group_size=args.row_group_size,
+                         jobs=args.jobs or usable_cores())
 
 
 def _print_template(report: Any, args: argparse.Namespace) -> None:
@@ -304,17 +309,38 @@ def _report(report: Any, args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if trouble else EXIT_OK
 
 
+# Each reason a record is left out (client.export.build.LEFT_OUT_REASONS), as the summary line names it.
+_REASONS = {
+    "dropped_truncated": "truncated (--drop-truncated)",
+    "dropped_loops": "loops",
+    "unreproducible": "did not end by themselves",
+    "template_left_out": "trained differently by the template",
+    "earlier_turns": "earlier turns of conversation rows",
+    "dropped_long": "longer than --max-length",
+    "dropped_unsupervised": "left without supervised tokens by the cut",
+    "mismatched_left_out": "token counts not the server's",
+    "failed": "render failures",
+    "without_ids": "without server ids",
+    "duplicates": "duplicate ids",
+    "malformed": "malformed",
+}
+
+
 def _counts(report: Any, args: argparse.Namespace) -> str:
-    window = ""
-    if args.max_length is not None:
-        window = (f"; longer than --max-length {args.max_length:,}: cut {report.cut:,}, dropped "
-                  f"{report.dropped_long:,}, left without supervised tokens by the cut {report.dropped_unsupervised:,}")
+    """The summary line: what was written, and every record left out under its reason, so that the counts add
+    up to the records read."""
+    window = f"; cut at --max-length {args.max_length:,}: {report.cut:,}" if args.max_length is not None else ""
     rows = f" in {report.rows:,} conversation row(s)" if args.rows == "conversation" else ""
+    reasons = {reason: count for reason, count in report.left_out_by_reason().items() if count}
+    named = ", ".join(f"{_REASONS[reason]} {count:,}" for reason, count in reasons.items())
+    left = f"left out {sum(reasons.values()):,}" + (f" ({named})" if named else "")
+    mismatched = ""
+    if report.completion_mismatch or report.prompt_mismatch:
+        mismatched = (f"; token counts not the server's: completion {report.completion_mismatch:,}, prompt "
+                      f"{report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'})")
     return (f"exported {report.exported:,} of {report.records:,} record(s){rows} to {args.out} ("
             f"{report.exact:,} from server token ids, {report.rendered:,} re-rendered; {report.tokens:,} tokens); "
-            f"dropped as truncated {report.dropped_truncated:,}; mismatched completion {report.completion_mismatch:,}, "
-            f"prompt {report.prompt_mismatch:,} ({'kept' if args.keep_mismatched else 'left out'}); render failures "
-            f"{report.failed:,}; duplicate ids {report.duplicates:,}{window}")
+            f"{left}{mismatched}{window}")
 
 
 # What the export left out by its own rules, or could not read: (the report's count, the line after it).

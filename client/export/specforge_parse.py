@@ -124,20 +124,38 @@ def _prefix_length(tok: ChatTokenizer, text: str, max_length: int | None) -> int
     return len(ids) if max_length is None else min(len(ids), max_length)
 
 
-def trainer_row(tok: ChatTokenizer, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-                max_length: int | None = None, train_only_last_turn: bool = False) -> TrainerRow:
-    """The row as SpecForge's `ThinkingParser.parse` makes it (`max_length` None: not cut)."""
+def trainer_text(tok: ChatTokenizer, conversation: list[dict[str, Any]],
+                 tools: list[dict[str, Any]] | None) -> tuple[str, int]:
+    """The text SpecForge renders for the row, and how many tool-call arguments it emptied."""
     messages, emptied = trainer_messages(conversation)
-    text = tok.render(messages, tools or None, add_generation_prompt=False, kwargs={"enable_thinking": True})
-    input_ids = tok.encode(text)
-    if max_length is not None:
-        input_ids = input_ids[:max_length]
-    loss_mask = [0] * len(input_ids)
+    return tok.render(messages, tools or None, add_generation_prompt=False, kwargs={"enable_thinking": True}), emptied
+
+
+def trainer_row(tok: ChatTokenizer, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
+                max_length: int | None = None, train_only_last_turn: bool = False, literal: bool = False,
+                rendered: tuple[str, int] | None = None) -> TrainerRow:
+    """The row as SpecForge's `ThinkingParser.parse` makes it (`max_length` None: not cut). The spans' token
+    positions are the lengths of their prefixes' encodings, found from the one encoding of the text
+    (`ChatTokenizer.encode_prefixes`); `literal` encodes each prefix whole, as SpecForge does: the same
+    row, several times slower on a long one (the reference a test and `bench.template_check` hold it to).
+    `rendered`: `trainer_text`'s result when the caller has it already."""
+    text, emptied = rendered if rendered is not None else trainer_text(tok, conversation, tools)
     spans = list(_SPAN.finditer(text))
     if train_only_last_turn and spans:
         spans = spans[-1:]
-    for span in spans:
-        start = min(_prefix_length(tok, text[:span.start(1)], max_length), len(input_ids))
-        end = min(_prefix_length(tok, text[:span.end(1)], max_length), len(input_ids))
+    if literal:
+        input_ids = tok.encode(text)
+        bounds = [(_prefix_length(tok, text[:span.start(1)], max_length),
+                   _prefix_length(tok, text[:span.end(1)], max_length)) for span in spans]
+    else:
+        input_ids, lengths = tok.encode_prefixes(text, [k for span in spans for k in (span.start(1), span.end(1))])
+        if max_length is not None:
+            lengths = [min(length, max_length) for length in lengths]
+        bounds = list(zip(lengths[::2], lengths[1::2], strict=True))
+    if max_length is not None:
+        input_ids = input_ids[:max_length]
+    loss_mask = [0] * len(input_ids)
+    for first, last in bounds:
+        start, end = min(first, len(input_ids)), min(last, len(input_ids))
         loss_mask[start:end] = [1] * max(0, end - start)
     return TrainerRow(input_ids, loss_mask, emptied)

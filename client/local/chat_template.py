@@ -1,15 +1,19 @@
 """A model's chat template and tokenizer, from its directory: render a conversation as the server does
-(Jinja, as Hugging Face and SGLang render it) and count or encode it. Used by the export's re-render and
-fidelity check (client.export) and by `client.run --tokenizer DIR`, which counts prompts for
---train-window on servers that cannot count them. Needs the `[export]` extra (tokenizers, jinja2): import
-this module only where those are wanted."""
+(Jinja, as Hugging Face and SGLang render it) and count or encode it, with the lengths of a text's
+prefixes' encodings read off its one encoding (what the export's template check needs for each loss-mask
+span). Used by the export's re-render and fidelity check (client.export) and by `client.run --tokenizer
+DIR`, which counts prompts for --train-window on servers that cannot count them. Needs the `[export]`
+extra (tokenizers, jinja2): import this module only where those are wanted."""
 
 from __future__ import annotations
 
+import bisect
 import copy
 import datetime
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +73,10 @@ class ChatTokenizer:
         self.tokenizer = tokenizer
         self.eos = eos
         self.bos = bos
+        self.template_text = template
         self._template = None
+        self._added = _added_tokens(tokenizer)
+        self._tails: dict[str, int] = {}
         # How SGLang hands content-part lists to this template: joined text, or text parts it loops over.
         self.content_format = content_format(template) if template is not None else "string"
         if template is not None:
@@ -78,6 +85,10 @@ class ChatTokenizer:
             env.globals["raise_exception"] = _raise
             env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
             self._template = env.from_string(template)
+
+    def __reduce__(self) -> tuple[type[ChatTokenizer], tuple[Any, ...]]:
+        # For the export's worker processes: a compiled Jinja template does not pickle, its text does.
+        return (ChatTokenizer, (self.tokenizer, self.template_text, self.eos, self.bos))
 
     @classmethod
     def load(cls, path: Path, template_path: Path | None = None) -> ChatTokenizer:
@@ -113,6 +124,78 @@ class ChatTokenizer:
         # Templates write their own special tokens as text, so the post-processor must not add more.
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def encode_prefixes(self, text: str, positions: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The ids of `text`, and for each position k in `positions` the length of `encode(text[:k])`, exactly,
+        without encoding each prefix (what SpecForge does to map its loss-mask spans to tokens, and what made
+        the export's template check cost a long row's text several times over).
+
+        `tokenizers` cuts a text at every added token before anything else (normalizer, pre-tokenizer and
+        model run on each piece between them on its own), so a prefix's ids are the whole text's ids up to
+        the last added token that ends at or before k, then the ids of what lies between that token and k,
+        encoded alone (a few characters: the newline after `<think>` or `<|im_end|>`). The added tokens are
+        found in the text by their content and tied to the ids in order; when the two do not agree (or the
+        tokenizer is one where this does not hold, `_cut_tokens`), each prefix is encoded whole."""
+        ids = self.encode(text)
+        cuts = self._cuts_in(text, ids)
+        if cuts is None:
+            return ids, [len(ids) if k >= len(text) else len(self.encode(text[:k])) for k in positions]
+        ends = [end for end, _ in cuts]
+        lengths = []
+        for k in positions:
+            at = bisect.bisect_right(ends, k) - 1
+            if k >= len(text):
+                lengths.append(len(ids))
+            elif at < 0:
+                lengths.append(len(self.encode(text[:k])))
+            else:
+                lengths.append(cuts[at][1] + self._tail(text[ends[at]:k]))
+        return ids, lengths
+
+    def encode_through(self, text: str, position: int) -> list[int] | None:
+        """The first ids of `text`'s encoding: those of the text up to the end of the first added token that
+        ends after `position` (encoded alone, they are where the whole text's begin: `encode_prefixes`); None
+        when no added token ends after it, or the tokenizer is not one where this holds."""
+        if self._added is None:
+            return None
+        end = next((match.end() for match in self._added.pattern.finditer(text, max(0, position - 64))
+                    if match.end() > position), None)
+        if end is None:
+            return None
+        ids = self.encode(text[:end])
+        cuts = self._cuts_in(text[:end], ids)
+        return ids if cuts and cuts[-1] == (end, len(ids)) else None
+
+    def _cuts_in(self, text: str, ids: list[int]) -> list[tuple[int, int]] | None:
+        """(character end, tokens up to and including it) of each added token of `text`, or None when the
+        occurrences of the added tokens' contents in the text are not the added ids of `ids`, in order."""
+        added = self._added
+        if added is None:
+            return None
+        found = [(match.end(), added.ids[match.group()]) for match in added.pattern.finditer(text)]
+        if sum(ids.count(token) for token in added.id_set) != len(found):
+            return None
+        cuts, index = [], -1
+        for end, token in found:
+            # The next of that id: with as many added ids in `ids` as occurrences in the text, taking each in
+            # turn ties every occurrence to its id, or fails.
+            try:
+                index = ids.index(token, index + 1)
+            except ValueError:
+                return None
+            if token in added.cuts:
+                cuts.append((end, index + 1))
+        return cuts
+
+    def _tail(self, text: str) -> int:
+        if not text:
+            return 0
+        known = self._tails.get(text)
+        if known is None:
+            known = len(self.encode(text))
+            if len(text) <= 64 and len(self._tails) < 4096:  # the same few newlines, row after row
+                self._tails[text] = known
+        return known
+
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
 
@@ -135,6 +218,46 @@ class ChatTokenizer:
             # that is not a JSON object, `'</think>' in content` on a None content. One conversation's
             # failure, named, never the caller's crash.
             raise RenderError(f"the chat template failed: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _AddedTokens:
+    """A tokenizer's added tokens as `ChatTokenizer.encode_prefixes` finds them in a text: every content
+    (longest first, as the tokenizer matches them), its id, and the ids at whose end a text splits."""
+
+    pattern: re.Pattern[str]
+    ids: dict[str, int]
+    id_set: frozenset[int]
+    cuts: frozenset[int]
+
+
+def _added_tokens(tokenizer: Tokenizer) -> _AddedTokens | None:
+    """None when a prefix's ids cannot be read off the whole text's: a pre-tokenizer that treats the text's
+    first piece apart (Metaspace's `prepend_scheme: first`), or an added token whose content holds another's
+    (then where one ends is not where the tokenizer cuts)."""
+    if _first_piece_apart(json.loads(tokenizer.to_str()).get("pre_tokenizer")):
+        return None
+    added = {token: value for token, value in tokenizer.get_added_tokens_decoder().items() if value.content}
+    contents = [value.content for value in added.values()]
+    if not contents or len(set(contents)) != len(contents) or any(
+            a != b and a in b for a in contents for b in contents):
+        return None
+    # A token that takes in the whitespace around it is no clean cut: what it takes depends on what follows.
+    cuts = frozenset(token for token, value in added.items()
+                     if not (value.lstrip or value.rstrip or value.single_word) and not value.content[-1].isspace())
+    pattern = re.compile("|".join(re.escape(c) for c in sorted(contents, key=len, reverse=True)))
+    return _AddedTokens(pattern, {value.content: token for token, value in added.items()}, frozenset(added), cuts)
+
+
+def _first_piece_apart(node: object) -> bool:
+    """A pre-tokenizer (or a sequence of them) that prepends to the text's first piece only."""
+    if isinstance(node, dict):
+        if node.get("type") == "Metaspace" and node.get("prepend_scheme", "always") == "first":
+            return True
+        return any(_first_piece_apart(value) for value in node.values())
+    if isinstance(node, list):
+        return any(_first_piece_apart(value) for value in node)
+    return False
 
 
 def template_messages(messages: list[dict[str, Any]], content_format: str = "string") -> list[dict[str, Any]]:

@@ -55,6 +55,9 @@ class ReadReport:
     corrupt: int = 0
     examples: list[LineProblem] = field(default_factory=list)
     damaged: list[LineProblem] = field(default_factory=list)  # S3 segments whose bytes are not the manifest's
+    # The records the location holds, counted before reading them (for a progress's time left): the
+    # manifests' counts on S3, the `.ids` sidecars' lines (or the segment's own) on disk; None: unknown.
+    expected: int | None = None
 
     def bad(self, item: LineProblem, *, torn: bool) -> None:
         if torn:
@@ -106,7 +109,9 @@ def iter_lines(location: str, report: ReadReport | None = None, *,
     if is_s3(location):
         yield from _iter_s3(location, report, s3_endpoint_url)
         return
-    for path in segment_files(Path(location)):
+    files = segment_files(Path(location))
+    report.expected = expected_records(files)
+    for path in files:
         report.segments += 1
         start = report.lines
         try:
@@ -119,6 +124,23 @@ def iter_lines(location: str, report: ReadReport | None = None, *,
                                                     "the lines before it are read"), torn=True)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def expected_records(files: list[Path]) -> int | None:
+    """How many lines the segments hold, without parsing them: each closed segment's `.ids` sidecar has one
+    id a record, the one a writer still has open is counted itself; None for a compressed segment."""
+    total = 0
+    for path in files:
+        if path.name.endswith(".gz"):
+            return None
+        sidecar = path.with_suffix(".ids")
+        try:
+            counted = sidecar if sidecar.is_file() and sidecar.stat().st_mtime >= path.stat().st_mtime else path
+            with counted.open("rb") as handle:
+                total += sum(block.count(b"\n") for block in iter(lambda: handle.read(_BUFFER), b""))
+        except OSError:
+            return None
+    return total
 
 
 def iter_records(location: str, report: ReadReport | None = None, *,
@@ -165,6 +187,7 @@ def _iter_s3(location: str, report: ReadReport, endpoint_url: str | None) -> Ite
             manifest_of = {e: manifest.writer for manifest, _ in manifests for e in manifest.segments}
             if not entries:
                 raise ConfigError(f"{url}: no uploaded result segments (no manifest under manifests/ lists any)")
+            report.expected = sum(entry.records for entry in entries)
             for entry in entries:
                 got = await store.get(entry.key)
                 if got is None:
