@@ -14,6 +14,7 @@ on the way to the real trainers:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.results_fixture import WEATHER_TOOL, result, tool_call, write_segment
@@ -75,8 +76,10 @@ def test_a_record_with_fields_of_the_wrong_type_is_named_not_a_traceback(tmp_pat
     code, report, stderr = export(tmp_path / "run", tmp_path / "s.jsonl", "--format", "specforge")
     assert "Traceback" not in stderr
     assert code == 1, stderr
-    assert report["malformed"] == 1 and report["exported"] == 1
-    assert "bad-calls: cannot be read as a result record" in stderr
+    # Its template cannot render it: one row fails under its reason, named by file, line and id.
+    assert report["exported"] == 1 and report["left_out"] == 1
+    assert report["left_out_by_reason"]["failed"] == 1 and report["problems"] == {"render failed": 1}
+    assert re.search(r"host-0of1-run-\d+\.jsonl:2: bad-calls: the chat template failed", stderr), stderr
 
 
 def test_content_parts_are_flattened_as_sglang_flattens_them(tmp_path: Path) -> None:
