@@ -40,6 +40,12 @@ def _run(out: Path, prompts: Path, *extra: str, chat_template: ChatTemplateName 
                "--max-tokens", "300",
                "--prompts", str(prompts), "--out", str(out), *extra]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0 and chat_template != "qwen3":
+        # Qwen3.6's own template refuses some of the sample's conversations (a system message after the
+        # first: "Unexpected message role."), and a server answers those 400: failed prompts, not a failed run.
+        refused = [json.loads(line) for path in (out / "failures").glob("*.jsonl") for line in path.open()]
+        assert refused and all(r["error_class"] == "RequestRejected" for r in refused), done.stderr[-3000:]
+        return
     assert done.returncode == 0, done.stderr[-3000:]
 
 
