@@ -134,8 +134,9 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
                      help="time scale of the simulated servers; the calibration is timed on their modelled clock "
                           "(GET /sim/clock, the modelled GPU's busy time at speed 1), so the figures are that GPU's "
                           "whatever the speed and the host's load (default: %(default)s)")
-    sim.add_argument("--sim-max-running", type=positive_int, default=32, metavar="N",
-                     help="decode slots per simulated server (default: %(default)s)")
+    sim.add_argument("--sim-max-running", type=positive_int, metavar="N",
+                     help="decode slots per simulated server (default: with --gpu-kind, that GPU's running requests "
+                          "in the launcher's memory plan; else 32)")
     sim.add_argument("--sim-arg", action="append", metavar="ARG",
                      help="extra flag for every simulated server, e.g. --sim-arg=--mean-tokens --sim-arg=800")
 
@@ -144,7 +145,8 @@ def _hardware_options(parser: argparse.ArgumentParser) -> None:
     hw = parser.add_argument_group("projection onto other GPUs (a model from public figures: docs/estimate.md)")
     hw.add_argument("--gpu-kind", type=_gpu_kind, metavar="KIND",
                     help="the GPU kind the throughput was measured on, when the servers do not name one the table "
-                         "knows (/v1/loads accelerator), e.g. rtx-pro-6000, b200, h200, h100")
+                         "knows (/v1/loads accelerator), e.g. rtx-pro-6000, b200, h200, h100; with --simulate the "
+                         "simulated servers play that GPU (its modelled figures: docs/estimate.md)")
     hw.add_argument("--project", metavar="KIND[xN],...",
                     help="GPU kinds and counts to project onto, e.g. b200x8,rtx-pro-6000x4 (default: every kind in "
                          "client/estimate/gpus.toml at the fleet's GPU count and at 8)")

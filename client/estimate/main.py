@@ -49,6 +49,8 @@ from client.local.run_settings import read_run_file
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import ReadReport, iter_lines
 
+DEFAULT_SIM_SLOTS = 32  # a simulated server's slots without --gpu-kind (the generic GPU)
+
 
 def _result_ids(location: str, s3_endpoint_url: str | None) -> set[str]:
     ids: set[str] = set()
@@ -124,10 +126,23 @@ def _simulated(args: argparse.Namespace) -> Iterator[tuple[str, ...]]:
         return
     from launch.sim.fleet import SimFleet, SimServerSpec
 
-    spec = SimServerSpec(max_running=args.sim_max_running, speed=args.sim_speed, extra_args=tuple(args.sim_arg or ()))
+    # With --gpu-kind the servers play that GPU: its slots (unless --sim-max-running), its pace, its name.
+    spec = SimServerSpec(max_running=_sim_slots(args), speed=args.sim_speed, extra_args=tuple(args.sim_arg or ()),
+                         gpu_kind=args.gpu_kind)
     print(f"starting {args.simulate} simulated server(s) on 127.0.0.1 ...", file=sys.stderr)
     with SimFleet([spec] * args.simulate, seed=args.seed) as fleet:
         yield tuple(fleet.urls)
+
+
+def _sim_slots(args: argparse.Namespace) -> int:
+    """Decode slots per simulated server: --sim-max-running, else the --gpu-kind's memory plan, else 32."""
+    if args.sim_max_running is not None:
+        return int(args.sim_max_running)
+    if args.gpu_kind is None:
+        return DEFAULT_SIM_SLOTS
+    from launch.sim.kinds import figures
+
+    return figures(args.gpu_kind).slots
 
 
 @contextlib.contextmanager
@@ -188,7 +203,7 @@ def _calibrate_in(out: Path, args: argparse.Namespace,
         info = {"mode": "calibration", "out": str(out), **asdict(run)}
         if args.simulate:
             assert run.simulated is not None  # the servers it started answer GET /sim/clock
-            info["simulated"] = {**run.simulated, "max_running": args.sim_max_running,
+            info["simulated"] = {**run.simulated, "max_running": _sim_slots(args),
                                  "args": list(args.sim_arg or ())}
         return found, counted, info
 

@@ -294,8 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim = parser.add_argument_group("simulated fleet (--simulate)")
     sim.add_argument("--sim-speed", type=positive_float, default=20.0, metavar="X",
                      help="time scale of the simulated servers (default: %(default)s)")
-    sim.add_argument("--sim-max-running", type=positive_int, default=32, metavar="N",
-                     help="decode slots per simulated server (default: %(default)s)")
+    sim.add_argument("--sim-max-running", type=positive_int, metavar="N",
+                     help="decode slots per simulated server (default: with --gpu-kind, that GPU's running requests "
+                          "in the launcher's memory plan; else 32)")
+    sim.add_argument("--gpu-kind", metavar="KIND",
+                     help="the GPU the simulated servers play: its slots, decode rate by batch, prefill rate and MTP "
+                          "accepted length as client/estimate/gpus.toml models them (e.g. rtx-pro-6000, b200; "
+                          "default: a generic GPU)")
     sim.add_argument("--sim-arg", action="append", metavar="ARG",
                      help="extra flag for every simulated server, e.g. --sim-arg=--fail-500 --sim-arg=0.02")
     return parser
@@ -322,6 +327,8 @@ _MISUSE: tuple[tuple[Callable[[argparse.Namespace], bool], str], ...] = (
      "--preserve-thinking keeps the reasoning of earlier turns in the history: it needs --turns all"),
     (lambda a: bool(a.sim_arg) and not a.simulate,
      "--sim-arg is passed to the simulated servers: it needs --simulate N"),
+    (lambda a: a.gpu_kind is not None and not a.simulate,
+     "--gpu-kind is the GPU the simulated servers play: it needs --simulate N (real servers name their own)"),
     (lambda a: a.tokenizer is not None and a.train_window is None,
      "--tokenizer counts prompts for --train-window: it needs --train-window N"),
     (lambda a: bool(a.redo_edited and a.s3),
@@ -329,6 +336,19 @@ _MISUSE: tuple[tuple[Callable[[argparse.Namespace], bool], str], ...] = (
     (lambda a: bool(a.redo_repetition and a.s3),
      "--redo-repetition rewrites local segments, and with --s3 they are uploaded (never rewritten)"),
 )
+
+
+DEFAULT_SIM_SLOTS = 32  # a simulated server's slots without --gpu-kind (the generic GPU)
+
+
+def _check_gpu_kind(parser: argparse.ArgumentParser, kind: str) -> None:
+    """A kind the table does not hold exits 2 before any server starts."""
+    from launch.sim.kinds import UnknownKind, figures
+
+    try:
+        figures(kind)
+    except UnknownKind as exc:
+        parser.error(f"--gpu-kind: {exc}")
 
 
 def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunConfig:
@@ -348,8 +368,12 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
     s3 = S3Config(s3=args.s3, s3_endpoint_url=args.s3_endpoint_url, sync_interval=args.sync_interval,
                   sync_wait=args.sync_wait, delete_uploaded=args.delete_uploaded, s3_gzip=args.s3_gzip,
                   s3_part_mb=args.s3_part_mb) if args.s3 else None
-    simulate = SimConfig(servers=args.simulate, max_running=args.sim_max_running, speed=args.sim_speed,
-                         extra_args=tuple(args.sim_arg or ()), seed=args.seed or 0) if args.simulate else None
+    if args.gpu_kind is not None:
+        _check_gpu_kind(parser, args.gpu_kind)
+    default_slots = None if args.gpu_kind is not None else DEFAULT_SIM_SLOTS  # None: the kind's plan
+    simulate = SimConfig(servers=args.simulate, max_running=args.sim_max_running or default_slots,
+                         speed=args.sim_speed, extra_args=tuple(args.sim_arg or ()), seed=args.seed or 0,
+                         gpu_kind=args.gpu_kind) if args.simulate else None
     view = ViewConfig(plain=args.plain, progress_every=args.progress_every, estimate=args.estimate, gpus=args.gpus,
                       metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                       metrics_linger=args.metrics_linger)

@@ -32,10 +32,11 @@ class SimConfig:
     """--simulate N: a local fleet of simulated servers instead of --endpoints."""
 
     servers: int
-    max_running: int
+    max_running: int | None  # None: the slots of the GPU kind played
     speed: float
     extra_args: tuple[str, ...]
     seed: int
+    gpu_kind: str | None = None  # the GPU the servers play (launch.sim.kinds); None: a generic one
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,8 @@ _STOPPED = "stopped by Ctrl-C or SIGTERM; run the same command again to continue
 def _simulated_fleet(sim: SimConfig) -> Iterator[tuple[str, ...]]:
     from launch.sim.fleet import SimFleet, SimServerSpec
 
-    spec = SimServerSpec(max_running=sim.max_running, speed=sim.speed, extra_args=sim.extra_args)
+    spec = SimServerSpec(max_running=sim.max_running, speed=sim.speed, extra_args=sim.extra_args,
+                         gpu_kind=sim.gpu_kind)
     fleet = SimFleet([spec] * sim.servers, seed=sim.seed)
     say(f"starting {sim.servers} simulated server(s) on 127.0.0.1 ...")
     fleet.start(wait_ready=True, timeout=60.0)

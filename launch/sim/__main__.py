@@ -11,7 +11,9 @@ from pathlib import Path
 
 from argchecks import non_negative_float, non_negative_int, port_number, positive_float, positive_int, share
 from argchecks.parser import ToolParser
+from launch.plan.errors import PlanError
 from launch.sim.config import DEFAULT_MODEL_NAME, ChatTemplateName, FaultRates, SimConfig
+from launch.sim.kinds import UnknownKind, figures, kind_keys
 from launch.sim.server import serve_forever
 from launch.sim.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
 from launch.sim.tokens import check_dir
@@ -24,9 +26,11 @@ Replies are deterministic in the request content and --seed; throughput follows 
 capacity model (bounded batch per DP rank, FIFO queue); failures can be injected at given rates."""
 
 _EPILOG = """\
-Step cost: step_ms * (1 + batch_cost * batch / max_running) / speed milliseconds, plus
-prefill_ms_per_1k per 1000 prompt tokens admitted in that step. The defaults give ~50 tok/s for a
-lone stream and ~1.6K tok/s per rank at a full batch of 64 (x tokens-per-chunk with MTP).
+Step cost: (step_ms * (1 + batch_cost * batch / max_running) + request_ms * batch) / speed milliseconds,
+plus prefill_ms_per_1k per 1000 prompt tokens admitted in that step. The defaults give ~50 tok/s for a
+lone stream and ~1.6K tok/s per rank at a full batch of 64 (x tokens-per-chunk with MTP). --gpu-kind
+KIND sets the capacity options to that GPU's modelled figures (launch/sim/kinds.py, client/estimate/
+gpus.toml); options given beside it win.
 Fault rates are shares of one uniform draw per request, taken in the order listed."""
 
 
@@ -57,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["debug", "info", "warning", "error"], help="(default: %(default)s)")
 
     g = p.add_argument_group("capacity model")
+    g.add_argument("--gpu-kind", metavar="KIND",
+                   help=f"play one replica of Qwen3.6-27B on this GPU kind ({', '.join(kind_keys())}): its slots "
+                        "from the launcher's memory plan, its decode step by batch, prefill rate and MTP accepted "
+                        "length from client/estimate/gpus.toml, and its name in /v1/loads (default: a generic GPU)")
+    g.add_argument("--gpu-dtype", choices=["bf16", "fp8"], default="bf16",
+                   help="the weights --gpu-kind is planned for (default: %(default)s)")
     g.add_argument("--max-running", type=positive_int, default=d.max_running,
                    help="requests decoding at once per DP rank, as --max-running-requests (default: %(default)s)")
     g.add_argument("--dp-size", type=positive_int, default=d.dp_size, help="DP ranks (default: %(default)s)")
@@ -66,10 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode step of a lone request, ms (default: %(default)s)")
     g.add_argument("--batch-cost", type=non_negative_float, default=d.batch_cost,
                    help="extra step cost at a full batch, as a share of --step-ms (default: %(default)s)")
+    g.add_argument("--request-ms", type=non_negative_float, default=d.request_ms,
+                   help="step time each running request adds, ms (default: %(default)s)")
     g.add_argument("--prefill-ms-per-1k", type=non_negative_float, default=d.prefill_ms_per_1k,
                    help="step time added per 1000 prompt tokens admitted (default: %(default)s)")
     g.add_argument("--tokens-per-chunk", type=positive_int, default=d.tokens_per_chunk,
                    help="tokens per decode step and chunk, as with MTP (default: %(default)s)")
+    g.add_argument("--accept-length", type=_accept_length, default=d.accept_length, metavar="X",
+                   help="MTP's accepted length: mean tokens a request gains per step, drawn as the whole numbers "
+                        "around it (an alternative to --tokens-per-chunk) (default: %(default)s)")
     g.add_argument("--random-chunk", action="store_true",
                    help="draw 1..--tokens-per-chunk tokens per step instead of a fixed count")
     g.add_argument("--max-total-tokens", type=positive_int, default=d.max_total_tokens,
@@ -135,6 +150,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _accept_length(text: str) -> float:
+    value = positive_float(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The options, with --gpu-kind's figures as the defaults of the capacity options it sets: options given
+    beside it win."""
+    first = parser.parse_args(argv)
+    if first.gpu_kind is None:
+        return first
+    try:
+        played = figures(first.gpu_kind, first.gpu_dtype)
+    except (UnknownKind, PlanError) as exc:
+        parser.error(f"--gpu-kind: {exc}")
+    args = played.sim_args()
+    parser.set_defaults(**{args[i].lstrip("-").replace("-", "_"): _typed(args[i + 1]) for i in range(0, len(args), 2)},
+                        gpu_kind=played.kind)
+    return parser.parse_args(argv)
+
+
+def _typed(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _tokenizer_dir(parser: argparse.ArgumentParser, value: str, template: ChatTemplateName) -> str | None:
     """--tokenizer as the path SimConfig takes: `none` is no tokenizer, `tiny` the built one (with the
     --chat-template's template)."""
@@ -154,7 +201,9 @@ def _tokenizer_dir(parser: argparse.ArgumentParser, value: str, template: ChatTe
 
 def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
     parser = build_parser()
-    a = parser.parse_args(argv)
+    a = _parse(parser, argv)
+    if a.accept_length > 1 and a.tokens_per_chunk > 1:
+        parser.error("give --accept-length or --tokens-per-chunk, not both")
     a.tokenizer = _tokenizer_dir(parser, a.tokenizer, a.chat_template)
     if a.context_length < 2:
         parser.error("--context-length must be at least 2")
@@ -164,7 +213,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
     return SimConfig(
         host=a.host, port=a.port, model_name=a.model_name, seed=a.seed, fault_seed=a.fault_seed,
         max_running=a.max_running, dp_size=a.dp_size, speed=a.speed, step_ms=a.step_ms,
-        batch_cost=a.batch_cost, prefill_ms_per_1k=a.prefill_ms_per_1k, tokens_per_chunk=a.tokens_per_chunk,
+        batch_cost=a.batch_cost, request_ms=a.request_ms, prefill_ms_per_1k=a.prefill_ms_per_1k,
+        tokens_per_chunk=a.tokens_per_chunk, accept_length=a.accept_length, gpu_kind=a.gpu_kind,
         random_chunk=a.random_chunk, max_total_tokens=a.max_total_tokens, startup_delay=a.startup_delay,
         mean_tokens=a.mean_tokens, max_gen_tokens=a.max_gen_tokens, tool_call_rate=a.tool_call_rate,
         loop_rate=a.loop_rate, think_tail_rate=a.think_tail_rate, think_tail_alpha=a.think_tail_alpha,

@@ -57,8 +57,14 @@ class SimConfig:
     speed: float = 1.0
     step_ms: float = 20.0
     batch_cost: float = 1.0
+    # Step time each running request adds, ms (a GPU kind's per-request cost: launch.sim.kinds); unlike
+    # batch_cost it does not scale with max_running.
+    request_ms: float = 0.0
     prefill_ms_per_1k: float = 15.0
     tokens_per_chunk: int = 1
+    # MTP's accepted length: mean tokens each running request gains per step (1: no MTP). A step gives
+    # floor or ceil of it, drawn so the mean is exact; an alternative to tokens_per_chunk, not a companion.
+    accept_length: float = 1.0
     random_chunk: bool = False
     max_total_tokens: int = 1_048_576
     startup_delay: float = 0.0
@@ -91,6 +97,8 @@ class SimConfig:
     # `num_accelerators` is per DP rank: tp x pp). The default name says plainly that it is no GPU.
     accelerator: str = "Simulated GPU"
     num_accelerators: int = 1
+    # The GPU kind whose figures set the capacity model (launch.sim.kinds, --gpu-kind); None: the generic one.
+    gpu_kind: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.dp_size < 1:
@@ -99,6 +107,12 @@ class SimConfig:
             raise ValueError("speed must be positive")
         if self.tokens_per_chunk < 1:
             raise ValueError("tokens_per_chunk must be at least 1")
+        if self.accept_length < 1:
+            raise ValueError("accept_length must be at least 1")
+        if self.accept_length > 1 and self.tokens_per_chunk > 1:
+            raise ValueError("give accept_length or tokens_per_chunk, not both")
+        if self.request_ms < 0:
+            raise ValueError("request_ms must not be negative")
         if self.context_length < 2:
             raise ValueError("context_length must be at least 2")
         if self.num_accelerators < 1:

@@ -26,6 +26,24 @@ _REFILL_WAIT_S = 0.5
 _BEHIND_S = 0.002  # at least this late (or one step alone) counts as behind: a timer's own overshoot does not
 
 
+def step_ms(config: SimConfig, batch: int) -> float:
+    """A decode step's modelled time at `batch` running requests, ms at speed 1."""
+    return config.step_ms * (1 + config.batch_cost * batch / config.max_running) + config.request_ms * batch
+
+
+def tokens_per_step(config: SimConfig) -> float:
+    """Mean tokens a running request gains per step."""
+    if config.accept_length > 1:
+        return config.accept_length
+    k = config.tokens_per_chunk
+    return (1 + k) / 2 if config.random_chunk else float(k)
+
+
+def decode_tok_s(config: SimConfig, batch: int) -> float:
+    """Output tokens a second of one rank decoding `batch` requests, on the modelled clock."""
+    return batch * tokens_per_step(config) / (step_ms(config, batch) / 1000) if step_ms(config, batch) > 0 else 0.0
+
+
 class EngineRequest:
     """One generation in a rank: how many tokens it will produce and how many it has produced."""
 
@@ -140,11 +158,15 @@ class Rank:
         """(decode, prefill) seconds of the next step."""
         cfg = self.config
         batch = len(self.running)
-        decode_ms = cfg.step_ms * (1 + cfg.batch_cost * batch / cfg.max_running)
+        decode_ms = step_ms(cfg, batch)
         prefill_ms = cfg.prefill_ms_per_1k * prefill_tokens / 1000
         return decode_ms / 1000 / cfg.speed, prefill_ms / 1000 / cfg.speed
 
     def _tokens_this_step(self) -> int:
+        accept = self.config.accept_length
+        if accept > 1:
+            whole = int(accept)
+            return whole + (self._rng.random() < accept - whole)
         k = self.config.tokens_per_chunk
         return self._rng.randint(1, k) if self.config.random_chunk and k > 1 else k
 

@@ -31,13 +31,15 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class SimServerSpec:
-    """How one fleet member runs; `extra_args` are any further CLI flags, e.g. ("--fail-500", "0.05")."""
+    """How one fleet member runs; `extra_args` are any further CLI flags, e.g. ("--fail-500", "0.05"). With
+    `gpu_kind` the member plays that GPU (launch.sim.kinds); `max_running` None then keeps the kind's slots."""
 
-    max_running: int = 64
+    max_running: int | None = 64
     dp_size: int = 1
     speed: float = 1.0
     startup_delay: float = 0.0
     extra_args: tuple[str, ...] = ()
+    gpu_kind: str | None = None
 
 
 class SimServerExited(RuntimeError):
@@ -109,8 +111,9 @@ class SimFleet:
             "--host", self.host, "--port", str(m.port),
             "--model-name", self.model_name,
             "--seed", str(self.seed), "--fault-seed", str(self.seed * 1000 + m.index + 1),
-            "--max-running", str(s.max_running), "--dp-size", str(s.dp_size),
-            "--speed", repr(s.speed), "--startup-delay", repr(s.startup_delay),
+            *(("--gpu-kind", s.gpu_kind) if s.gpu_kind else ()),
+            *(("--max-running", str(s.max_running)) if s.max_running is not None else ()),
+            "--dp-size", str(s.dp_size), "--speed", repr(s.speed), "--startup-delay", repr(s.startup_delay),
             *s.extra_args,
         ]
 

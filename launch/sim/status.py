@@ -14,13 +14,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from launch.sim.config import SGLANG_VERSION, SimConfig
-from launch.sim.engine import Engine, Rank
+from launch.sim.engine import Engine, Rank, decode_tok_s, step_ms, tokens_per_step
 from launch.sim.tokens import DRAFT_TOKENS, MEAN_ACCEPT_LENGTH
 
 # The `memory` section's figures are there for its shape, not for planning: Qwen3.6-27B's BF16 weights and
 # an assumed 64 KB of KV cache per token.
 _WEIGHT_GB = 54.0
 _KV_GB_PER_TOKEN = 64e-6
+
+
+def _mtp(config: SimConfig) -> bool:
+    """MTP on: several tokens a step (--accept-length, or --tokens-per-chunk)."""
+    return config.accept_length > 1 or config.tokens_per_chunk > 1
+
+
+def _accept_length(config: SimConfig) -> float:
+    """The live figure: a GPU kind's accepted length, else the replies' own draws (launch.sim.tokens)."""
+    return config.accept_length if config.accept_length > 1 else MEAN_ACCEPT_LENGTH
 
 
 def _rank_load(rank: Rank, config: SimConfig) -> dict[str, Any]:
@@ -51,11 +61,11 @@ def _rank_load(rank: Rank, config: SimConfig) -> dict[str, Any]:
         "memory": {"weight_gb": _WEIGHT_GB, "kv_cache_gb": round(config.max_total_tokens * _KV_GB_PER_TOKEN, 3),
                    "graph_gb": 0.0, "token_capacity": config.max_total_tokens},
     }
-    if config.tokens_per_chunk > 1 and st.decode_moments[0] > 0:
+    if _mtp(config) and st.decode_moments[0] > 0:
         # MTP on (several tokens a chunk): the figure per verify step of the replies' own draws
         # (launch.sim.tokens), not the chunk size, so the live view and the audit of one run agree.
-        load["speculative"] = {"accept_length": round(MEAN_ACCEPT_LENGTH, 4),
-                               "accept_rate": round((MEAN_ACCEPT_LENGTH - 1) / DRAFT_TOKENS, 4)}
+        accept = _accept_length(config)
+        load["speculative"] = {"accept_length": round(accept, 4), "accept_rate": round((accept - 1) / DRAFT_TOKENS, 4)}
     load["disaggregation"] = {"mode": "null", "prefill_bootstrap_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
                               "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
                               "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
@@ -88,8 +98,19 @@ def clock(engine: Engine) -> dict[str, Any]:
             "generation_tokens": sum(r.stats.generation_tokens for r in engine.ranks),
             "decode_steps": sum(r.stats.decode_moments[0] for r in engine.ranks),
             "decode_batch": sum(r.stats.decode_moments[1] for r in engine.ranks), "dp_size": len(engine.ranks),
-            "speed": engine.config.speed, "accelerator": engine.config.accelerator,
+            "speed": engine.config.speed, "accelerator": engine.config.accelerator, "gpu": capacity(engine.config),
             "monotonic": time.monotonic(), "time": time.time(), "ranks": ranks}
+
+
+def capacity(config: SimConfig) -> dict[str, Any]:
+    """The capacity model a rank serves, on the modelled clock (at speed 1): the GPU kind it plays (None: the
+    generic one), its slots, its step at a batch of 1 and full, its decode rate there, its prefill rate."""
+    full = config.max_running
+    return {"kind": config.gpu_kind, "slots": full, "max_total_tokens": config.max_total_tokens,
+            "step_ms_at_1": step_ms(config, 1), "step_ms_full": step_ms(config, full),
+            "tokens_per_step": tokens_per_step(config), "decode_tok_s_at_1": decode_tok_s(config, 1),
+            "decode_tok_s_full": decode_tok_s(config, full),
+            "prefill_tok_s": 1e6 / config.prefill_ms_per_1k if config.prefill_ms_per_1k > 0 else None}
 
 
 def legacy_load(engine: Engine) -> list[dict[str, Any]]:
@@ -138,7 +159,7 @@ def server_info(engine: Engine) -> dict[str, Any]:
         "max_total_num_tokens": c.max_total_tokens,
         "reasoning_parser": "qwen3",
         "tool_call_parser": c.tool_call_parser,
-        "speculative_algorithm": "EAGLE" if c.tokens_per_chunk > 1 else None,
+        "speculative_algorithm": "EAGLE" if _mtp(c) else None,
         "version": SGLANG_VERSION,
         "internal_states": [
             {"dp_rank": r.index, "max_running_requests": c.max_running, "max_total_num_tokens": c.max_total_tokens}
@@ -169,9 +190,9 @@ def metrics(engine: Engine) -> str:
     family("sglang:token_usage", "gauge", "The token usage.", lambda r: r.used_tokens / c.max_total_tokens)
     family("sglang:gen_throughput", "gauge", "The generation throughput (token/s).",
            lambda r: r.stats.gen_throughput)
-    if c.tokens_per_chunk > 1:
+    if _mtp(c):
         family("sglang:spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
-               lambda r: MEAN_ACCEPT_LENGTH)
+               lambda r: _accept_length(c))
     family("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            lambda r: r.stats.prompt_tokens)
     family("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.",
