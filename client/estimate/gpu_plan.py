@@ -2,9 +2,9 @@
 
 The kind comes from the servers (`/v1/loads` `accelerator`, read during the calibration by the
 dispatcher, client.fleet.device) when they all name one kind the table knows; else from --gpu-kind
-(a simulated fleet names "Simulated GPU", and results read back with --from-results name none). The
-targets are --project, else every kind of the table at the fleet's GPU count and at 8. The arithmetic
-is client.estimate.hardware's; this module only decides its inputs and says why when it cannot.
+(a simulated fleet names "Simulated GPU" unless it plays a kind, and results read back with --from-results
+name none). The targets are --project, else every kind of the table at the fleet's GPU count and at 8. The
+arithmetic is client.estimate.hardware's; this module only decides its inputs and says why when it cannot.
 """
 
 from __future__ import annotations
