@@ -7,6 +7,8 @@ import json
 import random
 import tomllib
 import urllib.request
+from argparse import Namespace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from launch.sim.fleet import SimFleet, SimServerSpec
 from launch.sim.kinds import TABLE, UnknownKind, figures, kind_keys, serving
 from launch.sim.tokens import MEAN_ACCEPT_LENGTH
 
+SAMPLE = Path(__file__).resolve().parents[1] / "prompts" / "sample.jsonl"
 ANCHORS: list[dict[str, Any]] = tomllib.loads(TABLE.read_text(encoding="utf-8"))["anchors"]
 
 
@@ -126,3 +129,28 @@ def test_a_server_started_with_a_kind_reports_its_slots_and_rate() -> None:
     assert 340 <= gpu["decode_tok_s_full"] <= 460
     assert loads["loads"][0]["max_running_requests"] == played.slots
     assert load_table().kind(clock["accelerator"]) == load_table().kind("rtx-pro-6000")
+
+
+def test_client_run_simulate_takes_the_kind_and_its_slots(tmp_path: Path) -> None:
+    from client.run.cli import build_parser, config_from
+
+    parser = build_parser()
+    base = ["--prompts", str(SAMPLE), "--out", str(tmp_path / "out")]
+    cfg = config_from(parser, parser.parse_args([*base, "--simulate", "2", "--gpu-kind", "rtx-pro-6000"]))
+    assert cfg.simulate is not None
+    assert (cfg.simulate.gpu_kind, cfg.simulate.max_running) == ("rtx-pro-6000", None)  # None: the kind's plan
+    plain = config_from(parser, parser.parse_args([*base, "--simulate", "2"]))
+    assert plain.simulate is not None and (plain.simulate.gpu_kind, plain.simulate.max_running) == (None, 32)
+    for argv in ([*base, "--simulate", "2", "--gpu-kind", "a100"],
+                 [*base, "--endpoints", "http://127.0.0.1:1", "--gpu-kind", "b200"]):
+        with pytest.raises(SystemExit) as exited:
+            config_from(parser, parser.parse_args(argv))
+        assert exited.value.code == 2
+
+
+def test_the_estimates_simulated_slots_follow_the_kind() -> None:
+    from client.estimate.main import _sim_slots
+
+    assert _sim_slots(Namespace(sim_max_running=None, gpu_kind="rtx-pro-6000")) == figures("rtx-pro-6000").slots
+    assert _sim_slots(Namespace(sim_max_running=None, gpu_kind=None)) == 32
+    assert _sim_slots(Namespace(sim_max_running=7, gpu_kind="b200")) == 7
