@@ -48,7 +48,8 @@ test: engines templates lint
 	@mkdir -p .cache
 	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --junitxml=.cache/junit.xml
 
-# A few minutes, no engines: everything but the tests marked vllm, sglang, slurm, trainers or slow.
+# No engines (22 minutes on a busy 2-core machine: docs/test-suite.md): everything but the tests marked
+# vllm, sglang, slurm, trainers or slow.
 test-fast: setup templates
 	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)"
 

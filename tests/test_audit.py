@@ -234,3 +234,18 @@ def test_without_prompts_the_table_says_how_to_check_exactly_once(tmp_path: Path
     checked = subprocess.run([sys.executable, "-m", "client.audit", str(tmp_path / "run"), "--prompts", str(prompts)],
                              cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert "prompts 3; missing 0, duplicated 0, unknown 0" in checked.stdout, checked.stdout
+
+
+def test_without_prompts_the_json_says_exactly_once_was_not_checked_and_how(tmp_path: Path) -> None:
+    write_segment(tmp_path / "run", [result(f"p{i}") for i in range(3)])
+    plain = subprocess.run([sys.executable, "-m", "client.audit", str(tmp_path / "run"), "--json"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert plain.returncode == 0, plain.stderr
+    doc = orjson.loads(plain.stdout)
+    assert doc["ids"] is None
+    assert doc["exactly_once"] == {"checked": False, "note": "not checked: --prompts FILE checks that every prompt "
+                                                             "has exactly one result"}
+    prompts = write_prompt_ids(tmp_path / "p.jsonl", [f"p{i}" for i in range(3)])
+    checked = subprocess.run([sys.executable, "-m", "client.audit", str(tmp_path / "run"), "--prompts", str(prompts),
+                              "--json"], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert orjson.loads(checked.stdout)["exactly_once"] == {"checked": True, "note": None}, checked.stdout

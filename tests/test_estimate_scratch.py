@@ -41,7 +41,12 @@ def test_a_simulated_calibration_leaves_no_folder_unless_kept(tmp_path: Path) ->
     assert not (work / "runs").exists(), "no runs/estimate-* folder in the current directory"
     assert not [p for p in scratch.iterdir() if p.name.startswith("regen-estimate-")], "the temporary one is removed"
 
-    kept = _estimate(work, scratch, "--prompts", str(prompts), "--out", str(work / "cal"), "--json")
+    kept = _estimate(work, scratch, "--prompts", str(prompts), "--out", str(work / "cal"))
     assert kept.returncode == 0, kept.stderr[-3000:]
-    assert json.loads(kept.stdout)["input"]["out"] == str(work / "cal")
+    cal = work / "cal"
+    assert (f"sample and results kept in {cal} (sample.jsonl, segments/; --from-results {cal} re-reads them)"
+            in " ".join(kept.stdout.split())), kept.stdout
+    again = _estimate(work, scratch, "--prompts", str(prompts), "--out", str(work / "cal2"), "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["input"]["out"] == str(work / "cal2")
     assert (work / "cal" / "sample.jsonl").exists() and list((work / "cal" / "segments").glob("*.jsonl"))

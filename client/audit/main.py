@@ -94,6 +94,8 @@ def summary(scan: Scan, ids: IdCheck | None, report: ReadReport, findings: list[
                    "with_token_ids": scan.with_ids,
                    "with_diverged_field": scan.diverged_field},
         "ids": asdict(ids) if ids is not None else None,
+        # The table's "exactly once" row, for a reader of the JSON who finds "ids" null and wonders why.
+        "exactly_once": {"checked": ids is not None, "note": None if ids is not None else NOT_CHECKED},
         "finish_reasons": dict(scan.finish.most_common()),
         "cut_by_train_window": scan.window_cuts,
         "window_miscounts": scan.window_miscounts,

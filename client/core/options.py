@@ -5,6 +5,7 @@ in the `argchecks` package, which the launcher shares."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from argchecks import whole_in
 
@@ -62,10 +63,19 @@ def run_location(parser: argparse.ArgumentParser, args: argparse.Namespace) -> s
     given = [value for value in (args.run, args.run_out, args.run_s3) if value]
     if not given:
         parser.error(f"which run? Name it as {RUN_FORMS}")
-    if len(given) > 1:
-        parser.error(f"the run is named {len(given)} times ({', '.join(given)}); name it once: {RUN_FORMS}")
+    if len({same_run_key(value) for value in given}) > 1:
+        parser.error(f"the run is named {len(given)} times, differently ({', '.join(given)}); name it once: "
+                     f"{RUN_FORMS}")
     if args.run_out and args.run_out.startswith("s3://"):
         parser.error(f"--out takes a local directory; for {args.run_out} write --s3 {args.run_out}")
     if args.run_s3 and not args.run_s3.startswith("s3://"):
         parser.error(f"--s3 takes s3://BUCKET/PREFIX; for a local directory write --out {args.run_s3}")
     return str(given[0])
+
+
+def same_run_key(location: str) -> str:
+    """What tells two spellings of one run apart from two runs: `runs/demo` and `runs/demo/` (or `./runs/demo`)
+    are one directory, `s3://b/p` and `s3://b/p/` one prefix; a run named twice the same way is named once."""
+    if location.startswith("s3://"):
+        return location.rstrip("/")
+    return os.path.normpath(os.path.abspath(location))

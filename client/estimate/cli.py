@@ -15,6 +15,7 @@ from client.core.options import (
     DEFAULT_MAX_IN_FLIGHT,
     MAX_SIMULATED,
     add_s3_endpoint_url,
+    same_run_key,
     simulated_servers,
 )
 from client.core.payload import SamplingSettings
@@ -199,13 +200,18 @@ def build_parser() -> argparse.ArgumentParser:
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Options that do not go together: parser.error (exit 2) naming them."""
     if args.run:  # the run named as every offline tool names it
-        if args.from_results:
-            parser.error(f"the run is named twice ({args.run} and --from-results {args.from_results}); name it once")
+        if args.from_results and same_run_key(args.run) != same_run_key(args.from_results):
+            parser.error(f"the run is named twice, differently ({args.run} and --from-results {args.from_results}); "
+                         "name it once")
         args.from_results = args.run
     ways = [bool(args.endpoints), bool(args.simulate), bool(args.from_results)]
     if sum(ways) != 1:
+        # --out here is where a calibration writes; a user who carries `--out DIR` over from client.run or
+        # client.status means the run to read, and is told how this tool names it.
+        hint = (f" (--out is where a calibration writes its sample; to project from the run in {args.out}, name it "
+                f"as RUN or --from-results {args.out})" if args.out and not any(ways) else "")
         parser.error("give exactly one of --endpoints (calibrate on the fleet), --simulate N (calibrate on simulated "
-                     "servers) or --from-results DIR")
+                     f"servers) or a run's results (RUN, or --from-results RUN){hint}")
     if args.from_results and (args.sample or args.out):
         parser.error("--sample and --out are for a calibration on the fleet (--endpoints or --simulate); "
                      "--from-results sends nothing and writes nothing")

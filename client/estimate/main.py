@@ -44,6 +44,7 @@ from client.fleet.options import FleetConfig, network_from
 from client.fleet.sim_clock import ClockTrace
 from client.fleet.startup import parse_endpoints
 from client.local.lock import hold_out_lock
+from client.local.out_dir import NewOut
 from client.local.prompt_files import resolve_prompt_files
 from client.local.run_settings import read_run_file
 from client.local.sink import ResultSink, new_run_id
@@ -149,14 +150,22 @@ def _sim_slots(args: argparse.Namespace) -> int:
 def _calibration_dir(args: argparse.Namespace) -> Iterator[Path]:
     """Where the sample and its results go: --out if given; on a real fleet runs/estimate-<time>, kept, since
     those results cost GPU time and --from-results re-reads them; with --simulate a temporary directory,
-    removed at exit: a simulated calibration is cheap to repeat and its tens of MB were never asked for."""
-    if args.out is not None:
-        yield args.out
-    elif args.simulate:
+    removed at exit: a simulated calibration is cheap to repeat and its tens of MB were never asked for.
+    A calibration that fails before writing anything (an unreachable fleet, a refused preflight) removes
+    the directory it created, as client.run does: an empty folder is not a calibration to re-read."""
+    if args.simulate and args.out is None:
         with tempfile.TemporaryDirectory(prefix="regen-estimate-") as scratch:
             yield Path(scratch) / "calibration"
-    else:
-        yield Path("runs") / f"estimate-{new_run_id()}"
+        return
+    out: Path = args.out if args.out is not None else Path("runs") / f"estimate-{new_run_id()}"
+    new_out = NewOut(out)  # before anything is created: which of out and its parents are new
+    done = False
+    try:
+        yield out
+        done = True
+    finally:
+        if not done:  # only what this calibration made, and only while it holds nothing
+            new_out.remove_if_unused()
 
 
 def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Measurements, Census, dict[str, Any]]:

@@ -74,7 +74,8 @@ def _header(info: dict[str, Any], console: Console) -> None:
     if info.get("mode") == "calibration":
         head += (f" from a calibration sample of {info['sample_size']:,} ({info['failed']} failed) in "
                  f"{duration(info['elapsed_s'])}; "
-                 + (f"results in {info['out']}" if info["out"] else "results not kept (--out DIR keeps them)"))
+                 + (f"sample and results kept in {info['out']} (sample.jsonl, segments/; --from-results "
+                    f"{info['out']} re-reads them)" if info["out"] else "results not kept (--out DIR keeps them)"))
     else:
         head += f" from {info['results']}"
     console.print(head)
