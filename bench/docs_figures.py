@@ -183,6 +183,18 @@ def differences(root: Path, figures: dict[str, Any]) -> list[str]:
 
 def moved(stored: dict[str, Any], fresh: dict[str, Any], tolerance: float = TOLERANCE) -> list[str]:
     """The figures of a new run that lie further than `tolerance` (relative) from the stored ones."""
+    return [f"{where}: stored {a:,.6g}, now {b:,.6g} ({(b - a) / a:+.1%})"
+            for where, a, b in _pairs(stored, fresh) if abs(b - a) > tolerance * abs(a)]
+
+
+def largest_move(stored: dict[str, Any], fresh: dict[str, Any]) -> str:
+    where, a, b = max(_pairs(stored, fresh), key=lambda pair: abs(pair[2] - pair[1]) / (abs(pair[1]) or 1))
+    return f"{where} {(b - a) / (a or 1):+.2%}"
+
+
+def _pairs(stored: dict[str, Any], fresh: dict[str, Any]) -> Iterator[tuple[str, float, float]]:
+    """Every number of the stored figures with its counterpart in the fresh ones (the console text aside: its
+    figures are the others, rounded)."""
     def pairs(a: Any, b: Any, where: str) -> Iterator[tuple[str, float, float]]:
         if isinstance(a, dict) and isinstance(b, dict):
             for key in a.keys() | b.keys():
@@ -194,8 +206,7 @@ def moved(stored: dict[str, Any], fresh: dict[str, Any], tolerance: float = TOLE
                 yield from pairs(x, y, f"{where}[{i}]")
         elif isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
             yield where, float(a), float(b)
-    return [f"{where}: stored {a:,.6g}, now {b:,.6g} ({(b - a) / a:+.1%})"
-            for where, a, b in pairs(stored, fresh, "") if abs(b - a) > tolerance * abs(a)]
+    return pairs(stored, fresh, "")
 
 
 # -- the command -------------------------------------------------------------------------------------------------
@@ -214,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(problems) or "the docs carry the stored figures")
         return 1 if problems else 0
     if args.compare:
-        problems = moved(orjson.loads(path.read_bytes()), run_estimate())
-        print("\n".join(problems) or f"every figure within {TOLERANCE:.0%} of {FIGURES}")
+        before, now = orjson.loads(path.read_bytes()), run_estimate()
+        problems = moved(before, now)
+        print("\n".join(problems) or f"every figure within {TOLERANCE:.0%} of {FIGURES}; the largest move: "
+              f"{largest_move(before, now)}")
         return 1 if problems else 0
     if not args.render:
         path.parent.mkdir(parents=True, exist_ok=True)
