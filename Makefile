@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # marked slow.
 FAST_MARKERS := not vllm and not sglang and not sglang_server and not slurm and not trainers and not slow
 
-.PHONY: setup templates engines lint test test-fast demo clean
+.PHONY: setup templates engines lint test test-fast demo docs clean
 
 setup: $(VENV)/.installed
 
@@ -59,6 +59,11 @@ demo: setup
 	$(BIN)/python -m client.run --simulate 4 --prompts prompts/sample.jsonl --out runs/demo
 	$(BIN)/python -m client.audit runs/demo
 	$(BIN)/python -m client.export runs/demo --tokenizer sim --out runs/demo.parquet
+
+# The estimate's figures in README.md and docs/estimate.md, from the documented command run on the sample set
+# (bench/docs_figures.py; about 2 minutes). tests/test_docs_figures.py fails when the docs differ from them.
+docs: setup
+	$(BIN)/python -m bench.docs_figures
 
 clean:
 	rm -rf runs/demo runs/demo.parquet .cache/junit.xml
