@@ -12,7 +12,8 @@ SGLang's XML parser has a real call to parse (a random model never writes one). 
   the record (prompt and reply, the tools as SGLang hands them to the template) is the server's ids;
 - the exact-id formats (parquet, specforge-tokenized, speculators) carry the server's ids, read back as
   the trainers read them, and the specforge conversation rows re-render, as SpecForge parses them, to the
-  same ids with the loss on every generated token.
+  same ids with the loss on every generated token; with thinking off SpecForge would supervise the empty
+  think block the server put in the prompt (docs/export.md), and that export is refused.
 
 One server for the module (about 3 GB, minutes to start on a loaded CPU), few prompts, short replies.
 """
@@ -36,6 +37,7 @@ from tests.engines.sglang_server import SGLangQwen36Server
 from tests.engines.start_time import server_start
 from tests.engines.tiny_models import MODEL_NAMES, build_tiny_models, load_script
 from tests.engines.vllm_server import VLLMServerError
+from tests.real_templates import QWEN36, template_text
 from tests.test_sim_qwen36_parsers import Parsers
 from tests.trainer_readers import read_specforge_conversations, read_specforge_tokenized, read_speculators
 
@@ -133,6 +135,13 @@ def _tokenize(server: SGLangQwen36Server, record: dict[str, Any], thinking: bool
     return tokens
 
 
+def test_the_server_serves_qwen36s_own_template_and_parsers(server: SGLangQwen36Server, model_dir: Path) -> None:
+    config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["chat_template"] == template_text(QWEN36), "the registry file's text, byte for byte"
+    info = httpx.get(f"{server.url}/server_info", timeout=60).json()
+    assert (info["tool_call_parser"], info["reasoning_parser"]) == ("qwen3_coder", "qwen3")
+
+
 @pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "no-thinking"])
 def test_a_run_records_what_sglangs_parsers_make_of_the_reply(runs: dict[bool, dict[str, Any]], thinking: bool,
                                                               script: dict[str, Any], tokenizer: ChatTokenizer,
@@ -205,11 +214,17 @@ def test_every_format_trains_on_the_servers_ids(runs: dict[bool, dict[str, Any]]
     expected = _expected(records)
     assert len(expected) == PROMPTS
 
+    # With thinking off the server put the empty think block in the prompt, and SpecForge's `qwen3.5` spans
+    # (from the assistant header on) supervise it: the check, a report for the exact-id formats, says so of
+    # every row (docs/export.md, the specforge format).
+    matched = PROMPTS if thinking else 0
     parquet = tmp_path / "train.parquet"
     done = _export(run, model_dir, parquet, "parquet", "--template-check", "all")
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"({PROMPTS} from server token ids, 0 re-rendered;" in done.stderr
-    assert f"template check: {PROMPTS} of {PROMPTS} row(s) with server ids" in done.stderr, done.stderr[-3000:]
+    assert f"template check: {matched} of {PROMPTS} row(s) with server ids" in done.stderr, done.stderr[-3000:]
+    if not thinking:
+        assert done.stderr.count("the trainer supervises a token of the prompt") >= 1, done.stderr[-3000:]
     rows = pq.read_table(parquet).to_pylist()
     assert sorted((row["input_ids"], row["loss_mask"]) for row in rows) == expected
 
@@ -227,10 +242,21 @@ def test_every_format_trains_on_the_servers_ids(runs: dict[bool, dict[str, Any]]
 
     # SpecForge's conversation rows: the trainer re-renders them with the template. The export's check
     # (on by default for this format) finds every row trained exactly, and SpecForge's own parsing of the
-    # file gives the server's ids with the loss on every generated token.
+    # file gives the server's ids with the loss on every generated token; past them only the newline the
+    # template writes after <|im_end|> (supervised in every SpecForge row, as the model ended its turn).
     conversations = tmp_path / "train-specforge.jsonl"
     done = _export(run, model_dir, conversations, "specforge")
+    if not thinking:  # every row would be trained on a token the model did not generate: refused
+        assert done.returncode == 3, done.stderr[-3000:]
+        assert f"template check: 0 of {PROMPTS} row(s) with server ids" in done.stderr, done.stderr[-3000:]
+        assert not conversations.exists()
+        return
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"template check: {PROMPTS} of {PROMPTS} row(s) with server ids" in done.stderr, done.stderr[-3000:]
     rows = read_specforge_conversations(conversations, tokenizer, MAX_LENGTH)
-    assert sorted((list(row["input_ids"]), list(row["loss_mask"])) for row in rows) == expected
+    trained = sorted((list(row["input_ids"]), list(row["loss_mask"])) for row in rows)
+    assert len(trained) == PROMPTS
+    for (ids, mask), (server_ids, server_mask) in zip(trained, expected, strict=True):
+        assert ids[:len(server_ids)] == server_ids
+        assert mask[:len(server_ids)] == server_mask
+        assert tokenizer.tokenizer.decode(ids[len(server_ids):]) == "\n"
