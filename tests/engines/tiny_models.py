@@ -1,9 +1,9 @@
 """Locates and builds the cached tiny Qwen3 model directories (main venv, stdlib only).
 
 This module owns the cache under ``.cache/tiny-qwen3/{scripted,random,qwen36}``: it runs each variant's
-builder (tests/engines/tiny_qwen3.py; tiny_qwen36.py for the Qwen3.6 one) with the engine venv's python, in
-parallel, and rebuilds
-a variant only when the builder or its chat template changed (a digest stamped into the model dir).
+builder (tests/engines/tiny_qwen3.py; tiny_qwen36.py for the Qwen3.6 one) with an engine venv's python, the
+variants asked for in parallel, and rebuilds a variant only when what it is built from changed (its
+builders and chat template: a digest stamped into the model dir).
 The build holds a lock file beside the cache, so that two pytest-xdist workers (the vLLM tests and the
 SGLang tests run on different workers) never build into the same directory at once.
 """
