@@ -51,6 +51,11 @@ BASE_ARGS: tuple[str, ...] = (
 )
 
 
+# Qwen3.6 as its model card serves it: the XML tool-call parser (tests/test_sglang_qwen36.py, with the tiny
+# model that writes what Qwen3.6 writes under Qwen3.6's own template).
+QWEN36_ARGS: tuple[str, ...] = tuple("qwen3_coder" if a == "qwen" else a for a in BASE_ARGS)
+
+
 class SGLangServerError(VLLMServerError):
     """The SGLang server could not be set up, did not become ready, or died; the message has the log tail."""
 
@@ -89,7 +94,13 @@ class SGLangServer(VLLMServer):
         return super()._failure(what).replace("vLLM server", "SGLang server", 1)
 
     def __repr__(self) -> str:
-        return f"SGLangServer({self.model_name!r}, url={self.url!r}, log={str(self.log_path)!r})"
+        return f"{type(self).__name__}({self.model_name!r}, url={self.url!r}, log={str(self.log_path)!r})"
+
+
+class SGLangQwen36Server(SGLangServer):
+    """A server of the tiny Qwen3.6 model: `--tool-call-parser qwen3_coder --reasoning-parser qwen3`."""
+
+    BASE_ARGS = QWEN36_ARGS
 
 
 def main(argv: list[str] | None = None) -> int:

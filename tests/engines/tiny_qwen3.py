@@ -30,6 +30,7 @@ import random
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,9 @@ def _corpus() -> list[str]:
     return lines
 
 
-def build_tokenizer() -> Any:
-    """Trains the byte-level BPE and wraps it as a transformers tokenizer with the chat template."""
+def build_tokenizer(added: list[str] = SCRIPT_ADDED, template: str = CHAT_TEMPLATE) -> Any:
+    """Trains the byte-level BPE and wraps it as a transformers tokenizer with the chat template; `added`:
+    the script's own tokens (another script, another template: tests/engines/tiny_qwen36.py)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -120,7 +122,7 @@ def build_tokenizer() -> Any:
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     tok.add_tokens(
-        [AddedToken(t, special=False, normalized=False) for t in [*QWEN_ADDED, *SCRIPT_ADDED]]
+        [AddedToken(t, special=False, normalized=False) for t in [*QWEN_ADDED, *added]]
     )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -131,11 +133,15 @@ def build_tokenizer() -> Any:
         model_max_length=CONFIG["max_position_embeddings"],
         clean_up_tokenization_spaces=False,
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = template
     return fast
 
 
-def script_token_ids(tokenizer: Any) -> dict[str, Any]:
+SCRIPT = [*REASONING_PIECES, "</think>", "\n\n", *ANSWER_PIECES, "<tool_call>", *TOOL_JSON_PIECES, "</tool_call>",
+          "<|im_end|>"]
+
+
+def script_token_ids(tokenizer: Any, completion: list[str] = SCRIPT) -> dict[str, Any]:
     """The scripted completion as (token, id) pairs, and the successor map that drives lm_head."""
     newline_ids = tokenizer.encode("\n", add_special_tokens=False)
     if len(newline_ids) != 1:
@@ -147,10 +153,6 @@ def script_token_ids(tokenizer: Any) -> dict[str, Any]:
             raise RuntimeError(f"token {token!r} is not in the vocabulary")
         return int(ids[0])
 
-    completion = [
-        *REASONING_PIECES, "</think>", "\n\n", *ANSWER_PIECES,
-        "<tool_call>", *TOOL_JSON_PIECES, "</tool_call>", "<|im_end|>",
-    ]
     completion_ids = [tid(t) for t in completion]
     chain = [newline_ids[0], *completion_ids]
     if len(set(chain)) != len(chain):
@@ -159,7 +161,8 @@ def script_token_ids(tokenizer: Any) -> dict[str, Any]:
             "chain": chain}
 
 
-def build_model(tokenizer: Any, variant: str) -> Any:
+def build_model(tokenizer: Any, variant: str, chain: list[int] | None = None) -> Any:
+    """Random weights, or (variant "scripted") weights that walk `chain` (default: this module's script)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -180,16 +183,14 @@ def build_model(tokenizer: Any, variant: str) -> Any:
     config.architectures = ["Qwen3ForCausalLM"]
     model = Qwen3ForCausalLM(config)
     model.eval()
-    if variant == "scripted":
-        _script_weights(model, tokenizer)
+    if variant != "random":
+        _script_weights(model, chain or script_token_ids(tokenizer)["chain"])
     return model.to(torch.bfloat16)  # what vLLM runs on the CPU anyway
 
 
-def _script_weights(model: Any, tokenizer: Any) -> None:
+def _script_weights(model: Any, chain: list[int]) -> None:
     import torch
 
-    info = script_token_ids(tokenizer)
-    chain: list[int] = info["chain"]
     hidden = model.config.hidden_size
     with torch.no_grad():
         for layer in model.model.layers:
@@ -264,25 +265,32 @@ def write_script_json(out: Path, tokenizer: Any, variant: str) -> dict[str, Any]
 
 
 def build(out: Path, variant: str) -> dict[str, Any]:
-    """Writes the model directory atomically (build in a temp dir, then rename)."""
+    """Builds one variant's model directory."""
     import torch
 
     if variant not in ("random", "scripted"):
         raise ValueError(f"unknown variant {variant!r}")
     torch.set_num_threads(1)
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, variant)
+    return save_model_dir(out, tokenizer, model, lambda tmp: write_script_json(tmp, tokenizer, variant))
+
+
+def save_model_dir(out: Path, tokenizer: Any, model: Any,
+                   write_script: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Writes the model directory atomically (build in a temp dir, then rename); `write_script` writes its
+    script.json into the temp dir and returns what it wrote."""
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
     try:
-        tokenizer = build_tokenizer()
-        model = build_model(tokenizer, variant)
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp, save_jinja_files=False)
         gen = {"eos_token_id": [tokenizer.convert_tokens_to_ids("<|im_end|>"),
                                 tokenizer.convert_tokens_to_ids("<|endoftext|>")],
                "pad_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>")}
         (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
-        data = write_script_json(tmp, tokenizer, variant)
+        data = write_script(tmp)
         tmp.chmod(0o755)
         for f in tmp.iterdir():
             f.chmod(0o644)
