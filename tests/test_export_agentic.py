@@ -137,4 +137,5 @@ def test_specforge_trains_the_agentic_row_exactly_with_the_stated_setting(tmp_pa
     trained = specforge_conversations(out, qwen36(), 1 << 20, train_only_last_turn=True)
     assert len(trained) == 2 and judge(trained, server, tok) == []
     untrained = specforge_conversations(out, qwen36(), 1 << 20)
-    assert judge(untrained, server, tok) == ["agentic: the loss mask differs from the server's split of prompt and reply"]
+    assert judge(untrained, server, tok) == [
+        "agentic: the loss mask differs from the server's split of prompt and reply"]
