@@ -13,6 +13,10 @@ What is held, per format:
   every generated token, and it supervises nothing past the reply but the template's newline after
   `<|im_end|>`. The rows the trainer could not reproduce (replies cut by max_tokens, loops) are left out
   and counted, never written as a false match.
+- Under Qwen3.6's own template (the simulated fleet playing Qwen3.6-27B), the agentic rows (a tool loop's
+  earlier assistant turns after the last user message, which the template renders with the `qwen3.5`
+  header) are written for `data.train_only_last_turn: true`, which the export states; SpecForge run so
+  trains every written row exactly, and run without it, exactly the rows the export counted are wrong.
 - The replica the export's template check uses (client.export.specforge_parse) gives exactly SpecForge's
   rows on the same files, so the check judges what the trainer trains on.
 - `parquet` is read by speculators as `hf:<folder>` and refused by SpecForge, as docs/export.md says.
@@ -31,6 +35,7 @@ import pytest
 
 from client.export.render import ChatTokenizer
 from client.export.specforge_parse import trainer_row
+from launch.sim.tiny_tokenizer import tiny_tokenizer_dir as template_tokenizer_dir
 from tests.conftest import REPO, read_results
 from tests.engines.trainer_checks import judge, make_runs, server_rows
 from tests.engines.trainers import (
@@ -49,8 +54,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_runs(tmp_path_factory.mktemp("trainer-runs"))
 
 
-def export(run: Path, out: Path, fmt: str, *extra: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "client.export", str(run), "--tokenizer", str(tiny_tokenizer_dir()),
+def export(run: Path, out: Path, fmt: str, *extra: str, tokenizer: Path | None = None) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "client.export", str(run), "--tokenizer",
+                           str(tokenizer or tiny_tokenizer_dir()),
                            "--format", fmt, "--out", str(out), "--json", *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode in (0, 1), done.stderr[-3000:]
@@ -204,3 +210,29 @@ def test_a_cut_reply_past_the_window_is_a_specforge_row(runs: dict[str, Path], t
     cut_server = {rid: (ids[:window], mask[:window]) for rid, (ids, mask) in server_rows(runs["last"]).items()}
     tok = ChatTokenizer.load(tiny_tokenizer_dir())
     assert judge(trained, {rid: row for rid, row in cut_server.items() if rid in written}, tok) == []
+
+
+@pytest.fixture(scope="module")
+def runs36(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_runs(tmp_path_factory.mktemp("trainer-runs-qwen36"), "qwen3.6")
+
+
+@pytest.mark.parametrize(("turns", "rows"), [("last", "turn"), ("all", "turn"), ("all", "conversation")])
+def test_specforge_trains_every_agentic_row_under_qwen36_with_the_stated_setting(
+        runs36: dict[str, Path], tmp_path: Path, turns: str, rows: str) -> None:
+    tokenizer = template_tokenizer_dir(chat_template="qwen3.6")
+    out = tmp_path / "conversations.jsonl"
+    report = export(runs36[turns], out, "specforge", "--rows", rows, tokenizer=tokenizer)
+    assert report["written"] and report["template"]["mismatched"] == 0, report["stderr"][-3000:]
+    assert report["train_only_last_turn"] is True and report["last_turn_only"] > 0, "agentic rows are in the runs"
+    assert "data.train_only_last_turn: true" in report["stderr"]
+    tok = ChatTokenizer.load(tokenizer)
+    server = server_rows(runs36[turns])
+    trained = specforge_conversations(out, tokenizer, 1 << 20, train_only_last_turn=True)
+    assert len(trained) == report["rows"] > 0
+    assert judge(trained, server, tok) == []
+    # Without the setting, SpecForge trains exactly the rows the export counted on prompt turns.
+    wrong = judge(specforge_conversations(out, tokenizer, 1 << 20), server, tok)
+    assert len(wrong) == report["last_turn_only"]
+    assert all(problem.endswith("the loss mask differs from the server's split of prompt and reply")
+               for problem in wrong)

@@ -45,7 +45,9 @@ class ExportOptions:
     template_check: str = "auto"  # "all" | "off"; auto: with --format specforge
     max_template_mismatch: float = 0.01  # the share of checked rows above which the export is refused
     allow_template_mismatch: bool = False
-    train_only_last_turn: bool = False  # SpecForge's data.train_only_last_turn, as the check assumes it
+    # SpecForge's data.train_only_last_turn as the check assumes it: "auto" judges each row without it first,
+    # and a row that matches only with it is written and makes the setting required (`trainer_settings`).
+    train_only_last_turn: fidelity.LastTurn = "auto"
     row_group_size: int = 2048
     jobs: int = 1  # processes for the template check (client.export.checking)
 
@@ -81,6 +83,8 @@ class ExportReport:
     dropped_long: int = 0  # rows (records) longer than the window, dropped (--over-length drop)
     dropped_unsupervised: int = 0  # rows (records) the cut left with too few supervised tokens
     unfinished_conversations: int = 0  # --rows conversation: written with the turns there are
+    last_turn_only: int = 0  # specforge rows written that SpecForge trains exactly only with train_only_last_turn
+    train_only_last_turn: bool = False  # specforge: SpecForge must run with data.train_only_last_turn: true
     template_refused: bool = False
     written: bool = False  # OUT was written
     tokens: int = 0
@@ -229,9 +233,9 @@ class _Pass:
             elif self.format.rerendered and not self.options.allow_template_mismatch:
                 report.template_left_out += len(sample.turns)
                 return
-        self._write(sample)
+        self._write(sample, last_turn_only=verdict is not None and verdict.last_turn_only)
 
-    def _write(self, sample: Sample) -> None:
+    def _write(self, sample: Sample, *, last_turn_only: bool = False) -> None:
         report = self.report
         verdict, input_ids, loss_mask = self.options.window.fit(sample, self.options.fmt)
         # A conversation row trains its last turn; the turns before it are trained in their own rows only.
@@ -244,6 +248,7 @@ class _Pass:
             report.dropped_unsupervised += 1
             return
         report.cut += verdict == "cut"
+        report.last_turn_only += last_turn_only and self.format.rerendered
         report.exported += 1
         report.rows += 1
         report.tokens += len(input_ids)
@@ -305,6 +310,10 @@ def export(location: str, tok: ChatTokenizer, out: Path, options: ExportOptions,
             run.finish()
         run.read(reading)
         run.report.template_refused = run.refused_by_template()
+        # The setting the file is written for: asked for, or needed by a row written (an agentic row under
+        # Qwen3.5/3.6, which SpecForge trains exactly only on its last span).
+        run.report.train_only_last_turn = run.format.rerendered and (
+            options.train_only_last_turn == "on" or run.report.last_turn_only > 0)
         finished = not run.report.without_ids and not run.report.template_refused
         run.writer.close()
     except BaseException:

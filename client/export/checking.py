@@ -30,7 +30,7 @@ CHUNK = 32  # samples a worker checks at a time: small enough that Ctrl-C and th
 class CheckSettings:
     """What the trainer is run with, as the check assumes it."""
 
-    train_only_last_turn: bool = False
+    last_turn: fidelity.LastTurn = "off"  # SpecForge's data.train_only_last_turn: off, on, or auto (the rows say)
     max_length: int | None = None
 
 
@@ -49,7 +49,7 @@ def usable_cores() -> int:
 
 def check_one(sample: Sample, tok: ChatTokenizer, settings: CheckSettings) -> Checked:
     try:
-        return fidelity.check(sample, tok, train_only_last_turn=settings.train_only_last_turn,
+        return fidelity.check(sample, tok, last_turn=settings.last_turn,
                               max_length=settings.max_length)
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         return f"cannot be read as a result record: {type(exc).__name__}: {exc}"

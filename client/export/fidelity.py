@@ -21,6 +21,14 @@ never generated, so the export leaves such replies out of `specforge` rows befor
 a short decoded context on both sides, token by token: the same text split into other tokens is a
 mismatch too, since the trainer trains on its own split.
 
+SpecForge's `data.train_only_last_turn` (`last_turn`): "off" judges the loss mask SpecForge makes without
+it (every assistant span), "on" with it (the last span only), "auto" without it first and, for a row that
+does not match so, with it: a row that matches only with it is a match that needs the setting
+(`Verdict.last_turn_only`). Those are agentic rows under Qwen3.5/3.6: the template renders each assistant
+turn after the last user message, the earlier tool-call turns of the prompt too, with the assistant header
+`qwen3.5`'s spans start at, so without the setting SpecForge supervises prompt turns the model did not
+generate in this run. No row of ours needs more than its last span: every row trains its last turn.
+
 Tools: SGLang renders each tool as its pydantic model dumps it (`"defer_loading": null` added,
 `render.sglang_tool`), so a trainer given the tools as the request sent them renders a different system
 turn. When the recorded tools do not match and SGLang's form does, the row matches with SGLang's form, and
@@ -31,12 +39,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from client.export.render import ChatTokenizer, RenderError, sglang_tool
 from client.export.rows import Sample, specforge_line
 from client.export.specforge_parse import TrainerRow, trainer_row, trainer_text
 
+LastTurn = Literal["off", "on", "auto"]  # SpecForge's data.train_only_last_turn, as the check assumes it
 CONTEXT_TOKENS = 8  # decoded each side of the first differing position
 MAX_EXAMPLES = 10
 
@@ -53,6 +62,7 @@ class Verdict:
     trainer: tuple[str, ...] = ()
     error: str = ""
     reason: str = ""  # what differs when the tokens agree (the loss mask), or why they differ
+    last_turn_only: bool = False  # matched only as SpecForge trains with data.train_only_last_turn: true
 
 
 def first_difference(server: list[int], trainer: list[int]) -> int:
@@ -92,14 +102,26 @@ def _verdict_for(server: list[int], prompt_length: int, row: TrainerRow, ends_tu
     return -1, ""
 
 
-def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = False,
+def _judge(server: list[int], prompt_length: int, row: TrainerRow, ends_turn: bool,
+           last_turn: LastTurn) -> tuple[int, str, bool]:
+    """`_verdict_for`, and whether the match needs data.train_only_last_turn: with "auto", a row whose every
+    span does not train exactly is judged again on its last span alone (SpecForge's rule with the setting)."""
+    position, why = _verdict_for(server, prompt_length, row, ends_turn)
+    if (position >= 0 and last_turn == "auto" and len(row.spans) > 1
+            and _verdict_for(server, prompt_length, row.last_span_only(), ends_turn)[0] < 0):
+        return -1, "", True
+    return position, why, False
+
+
+def check(sample: Sample, tok: ChatTokenizer, *, last_turn: LastTurn = "off",
           max_length: int | None = None, literal: bool = False) -> Verdict:
     """Compare what SpecForge trains on for `sample`'s `specforge` row with the server's exact ids of its
     last turn (which must have them): the tokens must begin with the server's, the loss mask must be 0 on
     the prompt and 1 on every generated token, and nothing past the reply may be supervised unless the
     model ended its turn there (the newline the template writes after the end-of-turn token). With the
     trainer's `max_length`, both sides are what the trainer keeps: their first `max_length` tokens. `literal`:
-    the trainer's spans found by encoding each prefix whole (`specforge_parse.trainer_row`), the slow way."""
+    the trainer's spans found by encoding each prefix whole (`specforge_parse.trainer_row`), the slow way.
+    `last_turn`: SpecForge's data.train_only_last_turn, as above."""
     turn = sample.last
     record = turn.record
     server = [*turn.prompt, *turn.completion][:max_length]
@@ -112,6 +134,7 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
                      ["conversations"] for tools in forms]
     prompt_length = min(len(turn.prompt), len(server))
     rendered: list[tuple[str, int] | None] = [None] * len(forms)
+    only_last = last_turn == "on"
     if len(forms) == 2 and not literal:
         # Tools SGLang rendered in its own form (every row of a run on SGLang): the recorded form is judged
         # on the ids up to where its text parts from SGLang's, and left at that when they differ there.
@@ -127,19 +150,20 @@ def check(sample: Sample, tok: ChatTokenizer, *, train_only_last_turn: bool = Fa
             forms = forms[:1]  # the same text: the same verdict
         elif sglang is not None and _parts_early(tok, server, own[0], sglang[0]):
             row = trainer_row(tok, conversations[1], forms[1], max_length=max_length,
-                              train_only_last_turn=train_only_last_turn, rendered=sglang)
-            if _verdict_for(server, prompt_length, row, ends_turn)[0] < 0:
-                return Verdict(True, forms[1])
+                              train_only_last_turn=only_last, rendered=sglang)
+            position, _, needs = _judge(server, prompt_length, row, ends_turn, last_turn)
+            if position < 0:
+                return Verdict(True, forms[1], last_turn_only=needs)
     first: tuple[int, str, list[int]] | None = None
     for index, tools in enumerate(forms):
         try:
             row = trainer_row(tok, conversations[index], tools, max_length=max_length,
-                              train_only_last_turn=train_only_last_turn, literal=literal, rendered=rendered[index])
+                              train_only_last_turn=only_last, literal=literal, rendered=rendered[index])
         except RenderError as exc:
             return Verdict(False, recorded, error=str(exc))
-        position, why = _verdict_for(server, prompt_length, row, ends_turn)
+        position, why, needs = _judge(server, prompt_length, row, ends_turn, last_turn)
         if position < 0:
-            return Verdict(True, tools)
+            return Verdict(True, tools, last_turn_only=needs)
         if row.emptied_arguments:
             why = (f"SpecForge replaces {row.emptied_arguments} tool call(s)' arguments that do not parse as JSON "
                    "with {}" + (f"; {why}" if why else ""))
@@ -185,6 +209,7 @@ class FidelityReport:
     checked: int = 0
     matched: int = 0
     sglang_tools: int = 0  # matched only with the tools in SGLang's form (written so)
+    last_turn_only: int = 0  # matched only as SpecForge trains with data.train_only_last_turn: true
     unchecked: int = 0  # records not compared: without server ids, or the check is not on
     examples: list[str] = field(default_factory=list)
 
@@ -201,6 +226,7 @@ class FidelityReport:
         if verdict.matched:
             self.matched += 1
             self.sglang_tools += bool(verdict.tools) and verdict.tools != (record.get("tools") or None)
+            self.last_turn_only += verdict.last_turn_only
             return
         if len(self.examples) < MAX_EXAMPLES:
             if verdict.error:
@@ -213,4 +239,5 @@ class FidelityReport:
     def summary(self) -> dict[str, Any]:
         return {"checked": self.checked, "matched": self.matched, "mismatched": self.mismatched,
                 "mismatch_share": round(self.mismatch_share, 6), "sglang_tools": self.sglang_tools,
+                "last_turn_only": self.last_turn_only,
                 "unchecked": self.unchecked, "examples": self.examples}

@@ -134,9 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-template-mismatch", action="store_true",
                         help="write OUT however many rows the trainer's template renders differently "
                              "(still reported)")
-    parser.add_argument("--train-only-last-turn", action="store_true",
-                        help="--format specforge: the trainer is run with data.train_only_last_turn: true; the "
-                             "template check then judges the loss mask as SpecForge makes it with that setting")
+    parser.add_argument("--train-only-last-turn", nargs="?", const="on", choices=("auto", "on", "off"),
+                        default="auto",
+                        help="--format specforge: SpecForge's data.train_only_last_turn, as the template check "
+                             "judges the loss mask. auto (default): a row SpecForge trains exactly only with it "
+                             "(an agentic prompt under Qwen3.5/3.6) is written, and the export says the file needs "
+                             "it; on (or the option alone): the trainer runs with it; off: without it, so such "
+                             "rows are left out")
     parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help="processes for the template check, one row at a time each (default: the usable "
                              "cores; 1: in this process)")
@@ -216,7 +220,9 @@ def _print_template(report: Any, args: argparse.Namespace) -> None:
     print(f"template check: {template.matched:,} of {template.checked:,} row(s) with server ids "
           f"({template.matched / template.checked:.2%}) are trained by SpecForge exactly on the server's tokens "
           f"with this template" + (f" ({template.sglang_tools:,} with the tools as SGLang renders them, written so)"
-                         if template.sglang_tools else ""), file=sys.stderr)
+                         if template.sglang_tools else "")
+          + (f" ({template.last_turn_only:,} only with data.train_only_last_turn: true)"
+             if template.last_turn_only else ""), file=sys.stderr)
     for example in template.examples:
         print(f"  {example}", file=sys.stderr)
 
@@ -275,6 +281,18 @@ def _refusal(report: Any, args: argparse.Namespace) -> str | None:
     return None
 
 
+def _trainer_setting(report: Any, args: argparse.Namespace) -> str | None:
+    """The SpecForge setting OUT is written for, when it needs one."""
+    if not report.train_only_last_turn:
+        return None
+    if not report.last_turn_only:
+        return f"note: {args.out} is checked as SpecForge trains with data.train_only_last_turn: true"
+    return (f"important: train {args.out} with SpecForge's data.train_only_last_turn: true: "
+            f"{report.last_turn_only:,} row(s) are agentic prompts whose earlier assistant turns the template "
+            "renders with the assistant header the qwen3.5 spans start at; without the setting SpecForge "
+            "supervises those prompt turns too (every row of this file trains its last turn only)")
+
+
 def _report(report: Any, args: argparse.Namespace) -> int:
     from client.export.build import summary
 
@@ -295,6 +313,9 @@ def _report(report: Any, args: argparse.Namespace) -> int:
         print(f"error: {refusal}", file=sys.stderr)
         return EXIT_NOT_DONE
     print(_counts(report, args), file=sys.stderr)
+    setting = _trainer_setting(report, args)
+    if setting is not None:
+        print(setting, file=sys.stderr)
     for line in _notes(report):
         print(line, file=sys.stderr)
     if report.completion_mismatch and report.completion_mismatch >= max(1, report.records // 2):

@@ -42,12 +42,21 @@ _SPAN = re.compile(re.escape(QWEN35_ASSISTANT_HEADER) + r"([\s\S]*?(?:" + re.esc
 
 @dataclass(frozen=True, slots=True)
 class TrainerRow:
-    """What SpecForge trains on for one row: its tokens, its loss mask, and the tool calls whose arguments
-    it replaced with `{}` because they do not parse."""
+    """What SpecForge trains on for one row: its tokens, its loss mask, the tool calls whose arguments it
+    replaced with `{}` because they do not parse, and the token bounds of the spans the mask is made of."""
 
     input_ids: list[int]
     loss_mask: list[int]
     emptied_arguments: int = 0
+    spans: tuple[tuple[int, int], ...] = ()
+
+    def last_span_only(self) -> TrainerRow:
+        """The row as SpecForge makes it with `data.train_only_last_turn: true`: its last span supervised."""
+        loss_mask = [0] * len(self.input_ids)
+        if self.spans:
+            start, end = self.spans[-1]
+            loss_mask[start:end] = [1] * max(0, end - start)
+        return TrainerRow(self.input_ids, loss_mask, self.emptied_arguments, self.spans[-1:])
 
 
 def _normalize(message: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +164,7 @@ def trainer_row(tok: ChatTokenizer, conversation: list[dict[str, Any]], tools: l
     if max_length is not None:
         input_ids = input_ids[:max_length]
     loss_mask = [0] * len(input_ids)
-    for first, last in bounds:
-        start, end = min(first, len(input_ids)), min(last, len(input_ids))
+    clipped = tuple((min(first, len(input_ids)), min(last, len(input_ids))) for first, last in bounds)
+    for start, end in clipped:
         loss_mask[start:end] = [1] * max(0, end - start)
-    return TrainerRow(input_ids, loss_mask, emptied)
+    return TrainerRow(input_ids, loss_mask, emptied, clipped)

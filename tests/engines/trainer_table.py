@@ -8,8 +8,11 @@ Makes the two simulated runs of tests/engines/trainer_checks.py (the simulated f
 measure that commit's export on the same runs), feeds each file to SpecForge 0.2.0 and speculators 0.9.0
 (tests/engines/trainers.py), and prints one markdown row per format, run and `--rows`: rows written, rows the
 trainer loaded, and the rows whose trainer tokens and loss mask are the server's (judged by
-`trainer_checks.judge`). `specforge` rows are exported with `--allow-template-mismatch`, so an older export
-that wrote every row is measured on every row; the current one leaves out the rows SpecForge cannot
+`trainer_checks.judge`). SpecForge reads a `specforge` file with the setting its export says the file needs
+(`data.train_only_last_turn`, the report's `train_only_last_turn`; an export that says nothing: without it),
+as a user following the export's summary would run it; the table's `SpecForge run with` column names it.
+`specforge` rows are exported with `--allow-template-mismatch`, so an older export that wrote every row is
+measured on every row; the current one leaves out the rows SpecForge cannot
 reproduce (replies that did not end by themselves) whatever the flag, and the table says how many.
 """
 
@@ -48,28 +51,32 @@ def _export(repo: Path, run: Path, out: Path, fmt: str, rows: str, tokenizer: Pa
 
 def measure(repo: Path, runs: dict[str, Path], work: Path, tokenizer: Path) -> list[str]:
     tok = ChatTokenizer.load(tokenizer)
-    lines = ["| format | run | rows | written | left out by the export | trainer loaded | trained exactly on the "
-             "server's tokens |", "|---|---|---|---|---|---|---|"]
+    lines = ["| format | run | rows | written | left out by the export | SpecForge run with | trainer loaded | "
+             "trained exactly on the server's tokens |", "|---|---|---|---|---|---|---|---|"]
     for fmt, turns, rows in CASES:
         out = work / f"{fmt}-{turns}-{rows}.jsonl"
         report = _export(repo, runs[turns], out, fmt, rows, tokenizer)
         written = len(out.read_text().splitlines()) if out.is_file() else 0
         left = report.get("unreproducible", 0) + report.get("dropped_loops", 0)
+        last_only = bool(report.get("train_only_last_turn"))
+        setting = "train_only_last_turn: true" if last_only else "-"
         try:
             if fmt == "specforge":
-                trained = specforge_conversations(out, tokenizer, 1 << 20)
+                trained = specforge_conversations(out, tokenizer, 1 << 20, train_only_last_turn=last_only)
             elif fmt == "speculators":
                 trained = speculators_rows(out, tokenizer, 1 << 20)
             else:
                 trained = specforge_tokenized(out, tokenizer, 1 << 20)
         except TrainerError as exc:
-            lines.append(f"| {fmt} | --turns {turns} | {rows} | {written} | {left} | fails: {exc.exception} | - |")
+            lines.append(f"| {fmt} | --turns {turns} | {rows} | {written} | {left} | {setting} | fails: "
+                         f"{exc.exception} | - |")
             continue
         problems = judge(trained, server_rows(runs[turns]), tok)
         exact = len(trained) - len({p.split(":")[0] for p in problems if not p.startswith("a row")}) - sum(
             p.startswith("a row") for p in problems)
         share = f"{exact} of {len(trained)} ({exact / len(trained):.1%})" if trained else "-"
-        lines.append(f"| {fmt} | --turns {turns} | {rows} | {written} | {left} | {len(trained)} | {share} |")
+        lines.append(f"| {fmt} | --turns {turns} | {rows} | {written} | {left} | {setting} | {len(trained)} | "
+                     f"{share} |")
     return lines
 
 
