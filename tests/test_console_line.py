@@ -58,7 +58,8 @@ def snapshot(**changes: Any) -> StatsSnapshot:
     ({"endpoints": (endpoint("http://a"), endpoint("http://b", "down", "connection refused"))},
      ["endpoints 1/2 up", " | http://b down: connection refused"]),
 ], ids=["quiet", "counts", "rates", "server-rate", "tokens-millions", "tokens-thousands", "tokens-in-flight",
-        "eta-hours", "eta-seconds", "eta-stopping", "gpu-hours", "gpu-hours-no-eta", "gpu-hours-short-run", "no-gpus", "cache-hit",
+        "eta-hours", "eta-seconds", "eta-stopping", "gpu-hours", "gpu-hours-no-eta", "gpu-hours-short-run", "no-gpus",
+        "cache-hit",
         "accept-length", "retries", "sync-pending", "sync-up-to-date", "sync-retrying", "all-up", "one-down"])
 def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
     line = progress_line(snapshot(**changes))

@@ -33,7 +33,8 @@ def model(step: tuple[float, float], batches: list[float]) -> PaceModel:
     # too few points, or no spread of batches: no slope is trusted
     ((0.01, 0.01 / 64), [64, 32, 16, 8, 4][: MIN_POINTS - 1], 64, 1, 1.0),
     ((0.01, 0.01 / 64), [64, 63, 62, 64, 63, 62, 64, 63], 64, 1, 1.0),
-], ids=["sim-lone", "sim-half", "memory-bound", "host-bound", "held-below-reach", "at-reach", "few-points", "no-spread"])
+], ids=["sim-lone", "sim-half", "memory-bound", "host-bound", "held-below-reach", "at-reach", "few-points",
+        "no-spread"])
 def test_pace_ratio(step: tuple[float, float], batches: list[float], now: float, at: float, ratio: float) -> None:
     assert model(step, batches).ratio(now)(at) == pytest.approx(ratio, rel=1e-6)
 
