@@ -40,6 +40,7 @@ def snapshot(**changes: Any) -> StatsSnapshot:
     ({"completion_tokens": 274_726, "streamed_tokens": 334_000}, ["tokens 275K (+59K in flight) tok/s"]),
     ({"eta_s": 3725.0}, ["eta 1h02m"]),
     ({"eta_s": 42.0}, ["eta 42s"]),
+    ({"eta_s": 4680.0, "stopping": True}, ["eta stopping"]),  # after Ctrl-C no prompt is sent: no ETA
     ({"gpu_hours_so_far": 3.14, "gpu_hours_projected": 12.345}, ["gpu-h 3.1/~12.3 retries"]),
     ({"gpu_hours_so_far": 0.5}, ["gpu-h 0.5/? retries"]),
     ({"gpu_hours_so_far": 0.0333, "gpu_hours_projected": 0.0411}, ["gpu-h 0.033/~0.041 retries"]),  # a short run
@@ -57,7 +58,8 @@ def snapshot(**changes: Any) -> StatsSnapshot:
     ({"endpoints": (endpoint("http://a"), endpoint("http://b", "down", "connection refused"))},
      ["endpoints 1/2 up", " | http://b down: connection refused"]),
 ], ids=["quiet", "counts", "rates", "server-rate", "tokens-millions", "tokens-thousands", "tokens-in-flight",
-        "eta-hours", "eta-seconds", "gpu-hours", "gpu-hours-no-eta", "gpu-hours-short-run", "no-gpus", "cache-hit",
+        "eta-hours", "eta-seconds", "eta-stopping", "gpu-hours", "gpu-hours-no-eta", "gpu-hours-short-run", "no-gpus",
+        "cache-hit",
         "accept-length", "retries", "sync-pending", "sync-up-to-date", "sync-retrying", "all-up", "one-down"])
 def test_progress_line(changes: dict[str, Any], parts: list[str]) -> None:
     line = progress_line(snapshot(**changes))

@@ -11,13 +11,16 @@ Work left, in output tokens: W = U x m + sum of r_i, where
   request past everything seen is assumed to run half as long again. Never past max_tokens.
 
 Time: ETA = U x m / R + max r_i / p, where p is the pace of one request (output tok/s; the fleet's
-streamed rate over the last 15 s divided by the requests it had in flight meanwhile) and R = n x p the
+streamed rate over the last 5 s divided by the requests it had in flight meanwhile) and R = n x p the
 fleet's rate with the n requests in flight now. The first term is the prompts not yet sent at the
 fleet's rate. The second is the drain: the run ends when the longest request of the last batch does, not
 when the mean one would; the requests in flight now stand for that batch. (The work in flight, sum r_i
 at the rate R, is mean r_i / p; adding the drain (max r_i - mean r_i) / p leaves max r_i / p.) Once every
 prompt is sent, the ETA is the longest expected rest at the pace of one request; it falls to 0 only
-when nothing is left.
+when nothing is left. The pace is not held at today's through the drain: as the batch thins, each
+request left decodes faster, by the shape client.core.pace learns from the fleet (pace by requests in
+flight); the drain is then sum over the rests in order of (r_(j) - r_(j-1)) / p(n - j + 1). Without
+that shape (too few points, no spread of batch sizes seen) the drain is max r_i / p.
 
 With nothing in flight (`client.status` of a stopped run, a resume before its first token), the fleet
 would start k = min(U, C) fresh requests, C = R / p its slots, with the rate R and the pace p measured
@@ -35,6 +38,8 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from client.core.pace import RatioAt, drain_seconds
 
 MIN_LENGTHS = 20  # below this many lengths seen, the residual rule falls back to the mean
 _GROWTH = 1.08  # geometric bins above 16 tokens: at most 8% wide
@@ -153,10 +158,12 @@ class EtaParts:
 
 
 def eta(*, unsent: int, in_flight: Sequence[float], lengths: LengthHistogram, pace: float | None,
-        rate: float | None = None, prior_mean: float | None = None, max_tokens: int | None = None) -> EtaParts:
+        rate: float | None = None, prior_mean: float | None = None, max_tokens: int | None = None,
+        pace_ratio: RatioAt | None = None) -> EtaParts:
     """The rule of the module docstring. `in_flight`: the tokens each request in flight has streamed.
     `pace`: one request's output tok/s now. `rate`: the fleet's output tok/s, needed only when nothing is
-    in flight (with requests in flight it is their count x `pace`)."""
+    in flight (with requests in flight it is their count x `pace`). `pace_ratio`: pace(k) / pace(now) as
+    the batch thins (client.core.pace); without it the drain keeps today's pace."""
     mean = _capped_mean(lengths, prior_mean, max_tokens)
     unsent = max(0, unsent)
     if unsent == 0 and not in_flight:
@@ -171,7 +178,8 @@ def eta(*, unsent: int, in_flight: Sequence[float], lengths: LengthHistogram, pa
         return EtaParts(None, work, mean, rests=tuple(known))
     if known:
         longest = max(known)
-        return EtaParts(unsent * fresh / (len(known) * pace) + longest / pace, work, mean, longest, tuple(known))
+        drain = longest / pace if pace_ratio is None else drain_seconds(known, pace, pace_ratio)
+        return EtaParts(unsent * fresh / (len(known) * pace) + drain, work, mean, longest, tuple(known))
     return _nothing_in_flight(unsent, fresh, work, mean, lengths, pace, rate, max_tokens)
 
 

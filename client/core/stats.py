@@ -29,7 +29,9 @@ from typing import Any
 
 from client.core.eta import EtaParts, LengthHistogram, eta
 from client.core.meter import WindowedRates
+from client.core.pace import PaceModel
 
+PACE_POINT_S = 1.0  # the shortest interval a pace-model point is measured over: chunks arrive in bursts
 CANCELLED_IDS_KEPT = 20  # ids of requests cancelled in flight named in the summary
 
 
@@ -133,6 +135,7 @@ class StatsSnapshot:
     eta_parts: EtaParts | None = None  # the ETA's inputs and terms (client.core.eta)
     cancelled_in_flight: int = 0  # requests cancelled mid-stream by a stop (sent again by the next run)
     cancelled_ids: tuple[str, ...] = ()  # the first CANCELLED_IDS_KEPT of them
+    stopping: bool = False  # a stop was asked for: no prompt is sent any more, so no ETA is shown
 
     @property
     def unwritten_tokens(self) -> int:
@@ -186,6 +189,7 @@ class RunStats:
     max_tokens: int | None = None  # the run's cap: no request is expected to run past it
     lengths: LengthHistogram = field(default_factory=LengthHistogram)  # completion tokens of replies seen
     cancelled_in_flight: int = 0
+    stopping: bool = False  # set when a stop is asked for (Ctrl-C, SIGTERM): the prompts left are not sent
     cancelled_ids: list[str] = field(default_factory=list)
     errors_by_kind: Counter[str] = field(default_factory=Counter)
     endpoints: list[EndpointResults] = field(default_factory=list)  # by endpoint index
@@ -198,6 +202,8 @@ class RunStats:
     _busy_s: float = 0.0  # integral of the requests in flight over time (request-seconds)
     _busy_at: float | None = None
     _pace: float | None = None  # output tok/s of one request in flight over the pace window, at the last snapshot
+    pace_model: PaceModel = field(default_factory=PaceModel)  # pace by batch: the drain's shape (client.core.pace)
+    _pace_mark: tuple[float, float, float] | None = None  # (clock, tokens streamed, request-seconds) last observed
 
     def __post_init__(self) -> None:
         if self.started is None:
@@ -295,7 +301,21 @@ class RunStats:
         busy = recent.pop() or 0.0
         tokens = sum(r or 0.0 for r in recent)
         self._pace = tokens / busy if busy > 0 and tokens > 0 else None
+        self._observe_pace(now, sum(streamed[:-1]), streamed[-1])
         return short, long, self._server.rates(now, generated, self.short_window_s, from_zero=False)
+
+    def _observe_pace(self, now: float, tokens: float, request_seconds: float) -> None:
+        """One (requests in flight, pace) point per interval of at least PACE_POINT_S, for the pace model."""
+        if self._pace_mark is None:
+            self._pace_mark = (now, tokens, request_seconds)
+            return
+        then, tokens_then, busy_then = self._pace_mark
+        if now - then < PACE_POINT_S:
+            return
+        self._pace_mark = (now, tokens, request_seconds)
+        busy = request_seconds - busy_then
+        if busy > 0 and tokens > tokens_then:
+            self.pace_model.observe(busy / (now - then), (tokens - tokens_then) / busy)
 
     def _eta(self, now: float, remaining: int | None, streamed: int) -> EtaParts | None:
         """client.core.eta's rule on this run's figures (see the module docstring)."""
@@ -307,7 +327,8 @@ class RunStats:
         total_age = sum(ages)
         shares = [unwritten * age / total_age if total_age > 0 else 0.0 for age in ages]
         return eta(unsent=max(0, remaining - len(starts)), in_flight=shares, lengths=self.lengths, pace=self._pace,
-                   prior_mean=self.expected_tokens_per_prompt, max_tokens=self.max_tokens)
+                   prior_mean=self.expected_tokens_per_prompt, max_tokens=self.max_tokens,
+                   pace_ratio=self.pace_model.ratio(len(starts)))
 
     def _gpus(self, fleet: Sequence[EndpointLive]) -> tuple[int | None, str | None]:
         if self.gpus:
@@ -327,7 +348,7 @@ class RunStats:
         streamed = sum(e.streamed_tokens for e in fleet)
         tokens_long = _rate_sum(long_rates)
         tokens_short = _rate_sum(short_rates)
-        parts = self._eta(now, remaining, streamed)
+        parts = None if self.stopping else self._eta(now, remaining, streamed)
         eta_s = None if parts is None else parts.seconds
         gpus, gpus_source = self._gpus(fleet)
         gpu_hours = _gpu_hours(gpus, elapsed + eta_s) if eta_s is not None else None
@@ -369,6 +390,7 @@ class RunStats:
             waiting_wake_s=(min(wakes), max(wakes)) if wakes else None,
             gpus=gpus, gpus_source=gpus_source, eta_parts=parts,
             cancelled_in_flight=self.cancelled_in_flight, cancelled_ids=tuple(self.cancelled_ids),
+            stopping=self.stopping,
         )
 
 

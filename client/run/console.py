@@ -111,10 +111,14 @@ def progress_line(snap: StatsSnapshot) -> str:
         f"done {snap.done}/{total}{share} failed {snap.failed} in-flight {snap.in_flight}{wait} "
         f"tokens {_tokens(snap)} "
         f"tok/s {_rate(snap.tokens_per_s_short)} (5m {_rate(snap.tokens_per_s_long)}{servers}) "
-        f"eta {format_duration(snap.eta_s)}{gpu} retries {snap.retries} truncated {snap.truncated}{loops}"
+        f"eta {_eta(snap)}{gpu} retries {snap.retries} truncated {snap.truncated}{loops}"
         f"{cache}{accept} "
         f"endpoints {up}/{len(snap.endpoints)} up{sync}"
     ) + "".join(f" | {e.url} {e.state}: {e.last_error}" for e in snap.endpoints if e.state != "up")
+
+
+def _eta(snap: StatsSnapshot) -> str:
+    return "stopping" if snap.stopping else format_duration(snap.eta_s)
 
 
 def _head_rows(snap: StatsSnapshot) -> tuple[list[Text], list[Text]]:
@@ -126,7 +130,7 @@ def _head_rows(snap: StatsSnapshot) -> tuple[list[Text], list[Text]]:
         Text(f"done {snap.done:,}/{total}{share}", style="bold"),
         Text(f"tokens {_tokens(snap)}"),
         Text(f"elapsed {format_duration(snap.elapsed_s)}"),
-        Text(f"ETA {format_duration(snap.eta_s)}", style="bold"),
+        Text(f"ETA {_eta(snap)}", style="bold"),
         Text(f"GPU-h {NO_GPUS}" if gpu_hours is None else f"GPU-h {gpu_hours}"),
     ]
     servers = "" if snap.server_tokens_per_s is None else f"  servers {_rate(snap.server_tokens_per_s)}"

@@ -297,6 +297,7 @@ class Run:
             companions.extend((uploader.run, uploader.heartbeat))
 
         def announce() -> None:
+            self.stats.stopping = True
             say(f"\nstopping: no new requests; waiting up to {self.cfg.grace:.0f}s for those in flight "
                 "(press Ctrl-C again to stop now)")
 
