@@ -11,8 +11,8 @@ import pytest
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy
 from client.fleet.kinds import SGLANG, kind_of
-from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.fleet.servers.sglext import SGLANG_REQUEST_FIELDS, spec_from
+from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.wire.sse import StreamParser
 from launch.sim.tokens import DRAFT_TOKENS, cached_tokens, spec_details
 

@@ -1,7 +1,7 @@
 """SGLang (0.5.23): the main engine. Recognised by `/v1/models` `owned_by: sglang` or its `/server_info`; takes
 the sampling extensions and `chat_template_kwargs`; gives token ids in the `sglext` chunk it streams after
-the finish chunk (client.fleet.servers.sglext, its reply dialect), with its MTP and cache figures; counts a prompt at `/v1/tokenize`.
-Warns at start of a tool-call parser whose streaming loses reply text."""
+the finish chunk (client.fleet.servers.sglext, its reply dialect), with its MTP and cache figures; counts a
+prompt at `/v1/tokenize`. Warns at start of a tool-call parser whose streaming loses reply text."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from client.core.errors import AttemptError
 from client.fleet.profile import TOKEN_IDS_FIELD, ServerProfile
-from client.wire.endpoint import Endpoint
 from client.fleet.servers.sglext import REPLY, SGLANG_REQUEST_FIELDS
+from client.wire.endpoint import Endpoint
 
 # SGLang tool-call parsers whose streaming loses reply text: SGLang 0.5.23's Qwen25Detector (`qwen`, `qwen25`)
 # goes through BaseFormatDetector.parse_streaming_increment, which jumps to "<tool_call>\n" when an increment
