@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
 from client.core.errors import LoadFormatError
 from client.fleet.balancer import EndpointLoad, estimated_load, pick_endpoint, target_depth
+from client.fleet.kinds import metric_families
 from client.wire.loads import ServerLoad, parse_get_load, parse_metrics, parse_v1_loads
 
 LoadParser = Callable[[bytes], ServerLoad]
@@ -71,6 +73,9 @@ SGLANG_LOADS = b"""{"timestamp": "2026-11-29T00:00:00", "version": "0.5.23", "ac
   {"dp_rank": 1, "num_running_reqs": 10, "num_waiting_reqs": 0, "token_usage": 0.1, "gen_throughput": 300.5,
    "max_running_requests": 64}]}"""
 
+# /metrics read with the metric names of every kind the client knows, as the dispatcher reads it.
+known_metrics = partial(parse_metrics, families=metric_families())
+
 SGLANG_METRICS = b"""# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
 sglang:num_running_reqs{model_name="m",dp_rank="0"} 12.0
@@ -103,11 +108,11 @@ vllm:generation_tokens_total{engine="0",model_name="tiny"} 321.0
     (parse_v1_loads, b'{"loads": [{"num_running_reqs": 2}]}', ServerLoad(2, 0, None)),
     (parse_get_load, b'[{"dp_rank": 0, "num_reqs": 9, "num_waiting_reqs": 3}, {"num_reqs": 1}]',
      ServerLoad(7, 3)),
-    (parse_metrics, SGLANG_METRICS, ServerLoad(15, 5, generation_tokens_total=1.5e6)),
-    (parse_metrics, VLLM_METRICS, ServerLoad(4, 9, generation_tokens_total=321.0)),
-    (parse_metrics, VLLM_METRICS + b'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.4\n',
+    (known_metrics, SGLANG_METRICS, ServerLoad(15, 5, generation_tokens_total=1.5e6)),
+    (known_metrics, VLLM_METRICS, ServerLoad(4, 9, generation_tokens_total=321.0)),
+    (known_metrics, VLLM_METRICS + b'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.4\n',
      ServerLoad(4, 9, generation_tokens_total=321.0, token_usage=0.4)),
-    (parse_metrics, SGLANG_MTP_METRICS,
+    (known_metrics, SGLANG_MTP_METRICS,
      ServerLoad(15, 5, generation_tokens_total=1.5e6, token_usage=0.75, gen_throughput=1500.0, accept_length=2.5)),
     (parse_v1_loads, SGLANG_MTP_LOADS, ServerLoad(3, 0, accept_length=3.0)),
 ], ids=["v1-loads-dp2", "v1-loads-minimal", "get-load", "sglang-metrics", "vllm-metrics", "vllm-kv-cache",
@@ -121,7 +126,7 @@ def test_load_parsers(parser: LoadParser, body: bytes, expected: ServerLoad) -> 
     (parse_v1_loads, b'{"loads": []}'),
     (parse_v1_loads, b'{"loads": [{"num_waiting_reqs": 1}]}'),
     (parse_get_load, b'[{"x": 1}]'),
-    (parse_metrics, b"# nothing here\nother_metric 1\n"),
+    (known_metrics, b"# nothing here\nother_metric 1\n"),
 ])
 def test_load_parsers_reject_bad_documents(parser: LoadParser, body: bytes) -> None:
     with pytest.raises(LoadFormatError):

@@ -33,20 +33,22 @@ def test_kind_from_models(document: Any, kind: str | None) -> None:
     assert kind_from_models(parse_models(document)) == kind
 
 
-@pytest.mark.parametrize(("compat", "kinds", "sent"), [
+@pytest.mark.parametrize(("compat", "kinds", "sent", "name"), [
     # Both engines give token ids (each in its own fields, client.fleet.token_ids), so both allow them.
-    ("auto", ["sglang", "sglang"], EXTENSIONS),
-    ("auto", ["vllm"], EXTENSIONS),
-    ("auto", ["sglang", "vllm"], EXTENSIONS),
-    ("auto", ["other"], set()),
-    ("auto", ["sglang", "other"], set()),
-    ("auto", [], set()),
-    ("openai", ["vllm"], set()),
-    ("sglang", ["other"], EXTENSIONS),
-    ("vllm", ["other"], EXTENSIONS),
+    ("auto", ["sglang", "sglang"], EXTENSIONS, "sglang"),
+    ("auto", ["vllm"], EXTENSIONS, "vllm"),
+    ("auto", ["sglang", "vllm"], EXTENSIONS, "mixed"),
+    ("auto", ["openai"], set(), "openai"),
+    ("auto", ["other"], set(), "openai"),  # the plain kind's older name: one name out
+    ("auto", ["sglang", "openai"], set(), "mixed"),
+    ("auto", [], set(), "openai"),
+    ("openai", ["vllm"], set(), "openai"),
+    ("sglang", ["openai"], EXTENSIONS, "sglang"),
+    ("vllm", ["openai"], EXTENSIONS, "vllm"),
 ])
-def test_field_policy(compat: str, kinds: list[str], sent: set[str]) -> None:
-    assert field_policy(compat, kinds).extensions == sent
+def test_field_policy(compat: str, kinds: list[str], sent: set[str], name: str) -> None:
+    policy = field_policy(compat, kinds)
+    assert policy.extensions == sent and policy.name == name
 
 
 @pytest.mark.parametrize(("policy", "settings", "in_payload", "recorded"), [

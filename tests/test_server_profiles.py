@@ -25,7 +25,8 @@ LLAMACPP = ServerProfile(name="llamacpp", label="llama.cpp", owned_by=("llamacpp
 @pytest.mark.parametrize(("name", "label", "ids", "count"), [
     ("sglang", "SGLang", True, "/v1/tokenize"),
     ("vllm", "vLLM", True, "/tokenize"),
-    ("other", "an OpenAI-compatible server", False, None),
+    ("openai", "an OpenAI-compatible server", False, None),
+    ("other", "an OpenAI-compatible server", False, None),  # the plain kind's older name still names it
 ])
 def test_each_shipped_kind_is_one_value(name: str, label: str, ids: bool, count: str | None) -> None:
     kind = kind_named(name)

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from client.core.errors import StreamDropped, StreamErrorEvent
+from client.fleet.kinds import VLLM
 from client.wire.sse import StreamParser
 
 
@@ -140,7 +141,7 @@ def split_points(data: bytes) -> list[list[bytes]]:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_parser(case: Case) -> None:
     for pieces in split_points(case.stream):
-        parser = StreamParser()
+        parser = StreamParser(dialect=VLLM.reply)  # vLLM's ids per choice; the other cases carry none
         if case.error is not None:
             with pytest.raises(case.error):
                 for piece in pieces:

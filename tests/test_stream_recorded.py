@@ -19,6 +19,7 @@ import pytest
 
 from client.core.errors import StreamDropped
 from client.core.records import Completion
+from client.fleet.kinds import VLLM
 from client.wire.sse import StreamParser
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams" / "vllm"
@@ -74,7 +75,7 @@ def _load(name: str) -> tuple[bytes, dict[str, Any]]:
 
 
 def _parse(pieces: list[bytes]) -> tuple[StreamParser, Completion]:
-    parser = StreamParser()
+    parser = StreamParser(dialect=VLLM.reply)  # the recordings are vLLM's
     for piece in pieces:
         parser.feed(piece)
     return parser, parser.completion(ended_cleanly=True)

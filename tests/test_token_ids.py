@@ -10,9 +10,9 @@ import pytest
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy
-from client.fleet.kinds import kind_of
+from client.fleet.kinds import SGLANG, kind_of
+from client.fleet.servers.sglext import SGLANG_REQUEST_FIELDS, spec_from
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
-from client.wire.sglext import SGLANG_REQUEST_FIELDS, spec_from
 from client.wire.sse import StreamParser
 from launch.sim.tokens import DRAFT_TOKENS, cached_tokens, spec_details
 
@@ -69,7 +69,7 @@ def _sglang_stream(sglext: dict[str, Any] | None, *, framed: bool = False,
 def test_sglext_ids_in_a_stream(sglext: dict[str, Any] | None, framed: bool, usage: dict[str, Any] | None,
                                 expected: dict[str, Any], split: int | None) -> None:
     data = _sglang_stream(sglext, framed=framed, usage=usage)
-    parser = StreamParser()
+    parser = StreamParser(dialect=SGLANG.reply)
     for start in range(0, len(data), split or len(data)):
         parser.feed(data[start:start + (split or len(data))])
     completion = parser.completion(ended_cleanly=True)
@@ -109,7 +109,8 @@ def test_ids_policy(policy: FieldPolicy, mode: str, kinds: dict[str, str], has_f
 
 
 @pytest.mark.parametrize(("policy", "kinds", "words"), [
-    (FieldPolicy(frozenset(), "openai"), {"http://a": "other"}, r"http://a is neither SGLang nor vLLM"),
+    (FieldPolicy(frozenset(), "openai"), {"http://a": "openai"}, r"http://a is neither SGLang nor vLLM"),
+    (FieldPolicy(frozenset(), "openai"), {"http://a": "other"}, r"http://a is neither SGLang nor vLLM"),  # old name
     (FieldPolicy(frozenset(), "openai"), {"http://a": "sglang"}, r"--compat openai sends standard"),
     # --compat auto with no server ready yet: the field set is standard, but nobody asked for --compat openai.
     (FieldPolicy(frozenset(), "openai"), {}, r"no server was ready at start"),
@@ -121,9 +122,10 @@ def test_ids_policy_refuses_on_without_a_way(policy: FieldPolicy, kinds: dict[st
 
 @pytest.mark.parametrize(("detected", "compat", "policy", "kind"), [
     ("sglang", "auto", SGL, "sglang"),
-    ("other", "sglang", SGL, "sglang"),  # --compat is the user's word
+    ("openai", "sglang", SGL, "sglang"),  # --compat is the user's word
     (None, "auto", VLL, "vllm"),  # down at start: the run's kind
-    (None, "auto", MIX, "other"),
+    (None, "auto", MIX, "openai"),
+    ("other", "auto", MIX, "openai"),  # the plain kind's older name, one name out
 ])
 def test_effective_kind(detected: str | None, compat: str, policy: FieldPolicy, kind: str) -> None:
     assert effective_kind(detected, compat, policy).name == kind
@@ -136,7 +138,7 @@ def test_effective_kind(detected: str | None, compat: str, policy: FieldPolicy, 
     ("vllm", "on", VLL, {"return_token_ids": True}),
     ("vllm", "auto", VLL, {"return_token_ids": True}),
     ("vllm", "off", ids_policy(VLL, "off", {}), {}),
-    ("other", "auto", MIX, {}),
+    ("openai", "auto", MIX, {}),
     # A mixed fleet's policy allows ids where every kind gives them; each server asks in its own words.
     ("sglang", "on", ids_policy(MIX, "on", {"a": "sglang", "b": "vllm"}), SGLANG_REQUEST_FIELDS),
 ])
@@ -161,7 +163,7 @@ def test_simulated_spec_details_add_up(seed: int, tokens: int) -> None:
 
 def test_the_start_up_line_names_the_id_fields_each_server_gets() -> None:
     requests = [id_request(f"http://127.0.0.1:{port}", kind_of(kind), "auto", VLL)
-                for port, kind in ((9, "sglang"), (10, "vllm"), (11, "other"))]
+                for port, kind in ((9, "sglang"), (10, "vllm"), (11, "openai"))]
     line = describe("auto", requests)
     assert line == ("--token-ids auto: 1 endpoint(s) asked for ids (" + ", ".join(SGLANG_REQUEST_FIELDS) + "); "
                     "1 endpoint(s) asked for ids (return_token_ids); 1 not asked")

@@ -13,6 +13,7 @@ import pytest
 
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
+from client.fleet.kinds import VLLM
 from client.wire.endpoint import Endpoint
 from tests.conftest import read_results, run_client
 from tests.engines.vllm_server import VLLMServer
@@ -34,7 +35,7 @@ def _payload(server: VLLMServer, messages: list[dict[str, Any]], seed: int) -> d
 @pytest.mark.vllm
 @pytest.mark.parametrize("seed", [3, 11])
 async def test_streamed_ids_are_the_ids_vllm_gives_without_streaming(vllm_random: VLLMServer, seed: int) -> None:
-    endpoint = Endpoint(vllm_random.url, index=0, max_in_flight=2)
+    endpoint = Endpoint(vllm_random.url, index=0, max_in_flight=2, dialect=VLLM.reply)
     try:
         for messages in PROMPTS:
             payload = _payload(vllm_random, messages, seed)

@@ -29,6 +29,7 @@ from client.core.errors import (
     TLSCertificateError,
 )
 from client.core.records import Completion
+from client.fleet.kinds import metric_families
 from client.wire.connect import NetworkOptions, ssl_context
 from client.wire.endpoint import Endpoint
 from client.wire.loads import parse_metrics, parse_v1_loads
@@ -65,7 +66,7 @@ async def exercise(ep: Endpoint, streams: int = 2) -> None:
     assert await ep.health() == 200
     assert await ep.models() == [chatwire.MODEL]
     assert parse_v1_loads(await ep.get_bytes("/v1/loads")).running == 0
-    assert parse_metrics(await ep.get_bytes("/metrics")).running == 0
+    assert parse_metrics(await ep.get_bytes("/metrics"), metric_families()).running == 0
 
 
 def chat_records(server: RunningServer) -> list[dict[str, Any]]:

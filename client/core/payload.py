@@ -22,6 +22,9 @@ from client.core.sampling_plan import Draw, SamplingPlan, single
 from client.core.sampling_plan import SamplingSettings as SamplingSettings
 
 EXTENSION_FIELDS = ("top_k", "min_p", "chat_template_kwargs", "return_token_ids", "continuous_usage_stats")
+# The one name of the standard field set: the `--compat` value, the policy's name, and the kind of server
+# that takes standard OpenAI fields only (client.fleet.servers.openai).
+STANDARD = "openai"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,12 @@ class FieldPolicy:
 
     @classmethod
     def standard(cls) -> FieldPolicy:
-        return cls(frozenset(), "openai")
+        return cls(frozenset(), STANDARD)
+
+    @property
+    def standard_only(self) -> bool:
+        """True when the run sends standard OpenAI fields only (`--compat openai`, or a fleet of that kind)."""
+        return self.name == STANDARD
 
     def allows(self, field: str) -> bool:
         return field in self.extensions

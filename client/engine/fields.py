@@ -19,7 +19,7 @@ from client.core.human_out import note
 from client.core.payload import RequestShape, SamplingSettings
 from client.core.records import Prompt
 from client.core.sampling_plan import SamplingPlan
-from client.fleet.kinds import kind_of
+from client.fleet.kinds import kind_of, known_names, none_of_known
 from client.fleet.preflight import (
     PreflightResult,
     check_plan_fit,
@@ -47,10 +47,10 @@ def _check_counting(endpoints: Sequence[Endpoint], shape: RequestShape, window: 
     cannot = [e.url for e in endpoints if shape.count_path(e.index) is None]
     if cannot:
         raise ConfigError(f"--train-window {window} needs every server to count a prompt's tokens as it renders "
-                          f"it (SGLang /v1/tokenize, vLLM /tokenize); {', '.join(cannot)} is neither SGLang nor "
-                          "vLLM (or was not ready at start in a mixed fleet). Pass --tokenizer DIR (the model's "
+                          f"it (SGLang /v1/tokenize, vLLM /tokenize); {', '.join(cannot)} is {none_of_known()} "
+                          "(or was not ready at start in a mixed fleet). Pass --tokenizer DIR (the model's "
                           "tokenizer and chat template) to count on this host, leave those endpoints out, pass "
-                          "--compat sglang|vllm if they are one, or run without --train-window.")
+                          f"--compat {known_names()} if they are one, or run without --train-window.")
 
 
 async def _count_once(answering: Sequence[Endpoint], shape: RequestShape, probe: Prompt, *,
@@ -117,6 +117,8 @@ async def settle_fields(endpoints: Sequence[Endpoint], answering: Sequence[Endpo
                      await asyncio.gather(*(detect_kind(e) for e in answering)), strict=True))
     policy = field_policy(compat, list(kinds.values()))
     effective = {e.url: effective_kind(kinds.get(e.url), compat, policy) for e in endpoints}
+    for endpoint in endpoints:
+        endpoint.dialect = effective[endpoint.url].reply  # how its replies carry ids and MTP figures
     policy = ids_policy(policy, token_ids, {url: effective[url].name for url in kinds})
     shape = RequestShape(model, settings, policy,
                          tuple(id_request(e.url, effective[e.url], token_ids, policy) for e in endpoints),

@@ -29,9 +29,10 @@ from client.core.options import DEFAULT_CIRCUIT_FAILURES
 from client.core.stats import EndpointLive
 from client.fleet.balancer import DEFAULT_HEADROOM, EndpointLoad, pick_endpoint, target_depth
 from client.fleet.device import Device, parse_device
+from client.fleet.kinds import metric_families
 from client.fleet.readiness import NO_HEALTH_ROUTE, probe
 from client.wire.endpoint import Endpoint
-from client.wire.loads import LOAD_SOURCES, ServerLoad
+from client.wire.loads import ServerLoad, load_sources
 
 
 class Health(enum.StrEnum):
@@ -108,6 +109,7 @@ class Dispatcher:
         self.endpoints = list(endpoints)
         self.settings = settings or DispatchSettings()
         self._tracked = [_Tracked() for _ in self.endpoints]
+        self._load_sources = load_sources(metric_families())  # /metrics read with every known kind's names
         self._waiters: deque[asyncio.Future[None]] = deque()  # workers waiting for a slot, oldest first
         self._woken = 0  # waiters woken that have not run yet
         self._closed = asyncio.Event()  # set once: no slot is handed out after it (a stop, or the end)
@@ -342,8 +344,9 @@ class Dispatcher:
         now = time.monotonic()
         if now < tracked.no_source_until:
             return
-        while tracked.load_source < len(LOAD_SOURCES):
-            path, parse = LOAD_SOURCES[tracked.load_source]
+        sources = self._load_sources
+        while tracked.load_source < len(sources):
+            path, parse = sources[tracked.load_source]
             try:
                 body = await endpoint.get_bytes(path, limit_s=self.settings.poll_timeout)
                 load = parse(body)

@@ -2,8 +2,9 @@
 real request per endpoint in the run's payload shape, so a refusal stops the run with nothing dispatched.
 
 Kinds are read from what a server serves: `/v1/models` `owned_by` (SGLang says `sglang`, vLLM `vllm`),
-else SGLang's `/server_info`. `--compat auto` sends an extension field only when every answering
-server's kind takes it; `--compat sglang|vllm|openai` forces a field set. The preflight then proves the
+else SGLang's `/server_info` (each kind's profile says, client.fleet.kinds). `--compat auto` sends an
+extension field only when every answering server's kind takes it; `--compat KIND` (`sglang`, `vllm`, or
+`openai`, the standard fields) forces that kind's field set. The preflight then proves the
 choice: the run's fields, tools when the set has them, `max_tokens: 1`.
 """
 
@@ -21,29 +22,40 @@ from client.core.errors import AttemptError, ConfigError, MissingTokenIds, Reque
 from client.core.payload import FieldPolicy, SamplingSettings
 from client.core.sampling_plan import NEEDS_EXTENSION, SamplingPlan
 from client.fleet import kinds as registry
-from client.fleet.kinds import KNOWN, OTHER, kind_of
+from client.fleet.kinds import OTHER, compat_choices, kind_named, kind_of
 from client.fleet.token_ids import no_ids_refusal
 from client.wire.endpoint import Endpoint
 from client.wire.models import ModelCatalog
-from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
-COMPAT_CHOICES = ("auto", *(kind.name for kind in KNOWN), "openai")
-# Every extension field some known kind takes: a refused one of these has `--compat openai` as its way out.
-_EXTENSIONS = frozenset().union(*(kind.extensions for kind in KNOWN))
+COMPAT_CHOICES = compat_choices()
+_NO_IDS_FIX = "--token-ids off"
+_PLAIN_FIX = f"--compat {OTHER.name}"
 
 # Which option changes a refused field, for the error message.
-_FIX_FOR_FIELD = {
+_FIX_FOR_FIELD: dict[str, str] = {
     "top_k": "--top-k none",
     "min_p": "--min-p none",
-    "chat_template_kwargs": "--compat openai",
-    "continuous_usage_stats": "--compat openai",
+    "chat_template_kwargs": _PLAIN_FIX,
+    "continuous_usage_stats": _PLAIN_FIX,
     "seed": "leaving out --seed",
     "tools": "a prompt set without tools",
 }
-# The fields that ask for token ids and SGLang's figures (client.fleet.token_ids, client.wire.sglext):
-# only --token-ids leaves them out.
-_ID_FIELDS = frozenset({"return_token_ids", *SGLANG_REQUEST_FIELDS})
-_NO_IDS_FIX = "--token-ids off"
+
+
+def _id_fields() -> frozenset[str]:
+    """The fields that ask for token ids and a kind's figures (client.fleet.token_ids): only --token-ids leaves
+    them out."""
+    return frozenset({"return_token_ids"}.union(*(kind.id_fields for kind in registry.KNOWN)))
+
+
+def _extensions() -> frozenset[str]:
+    """Every extension field some known kind takes: a refused one of these has `--compat openai` as its way out."""
+    return frozenset[str]().union(*(kind.extensions for kind in registry.KNOWN))
+
+
+def _compat_hint() -> str:
+    """`--compat sglang or --compat vllm`, from the kinds known."""
+    return " or ".join(f"--compat {kind.name}" for kind in registry.KNOWN if kind.extensions)
 
 
 def kind_from_models(catalog: ModelCatalog) -> str | None:
@@ -73,16 +85,14 @@ async def detect_kind(endpoint: Endpoint) -> str:
 
 def field_policy(compat: str, kinds: Sequence[str]) -> FieldPolicy:
     """The run's field set: forced by `--compat`, or (auto) what every detected kind takes."""
-    if compat == "openai":
-        return FieldPolicy.standard()
-    forced = next((kind for kind in registry.KNOWN if kind.name == compat), None)
+    forced = kind_named(compat)
     if forced is not None:
         return FieldPolicy(forced.extensions, forced.name)
     if not kinds:
         return FieldPolicy.standard()
-    allowed = frozenset.intersection(*(kind_of(kind).extensions for kind in kinds))
-    name = kinds[0] if len(set(kinds)) == 1 else "mixed"
-    return FieldPolicy(allowed, "openai" if name == OTHER.name else name)
+    named = [kind_of(kind) for kind in kinds]
+    allowed = frozenset.intersection(*(kind.extensions for kind in named))
+    return FieldPolicy(allowed, named[0].name if len(set(named)) == 1 else "mixed")
 
 
 def check_settings_fit(settings: SamplingSettings, policy: FieldPolicy) -> None:
@@ -94,8 +104,8 @@ def check_settings_fit(settings: SamplingSettings, policy: FieldPolicy) -> None:
     if wanted:
         raise ConfigError(
             f"{' and '.join(wanted)} need chat_template_kwargs, which this run does not send (field set: "
-            f"{policy.name}; standard OpenAI fields only). If the servers take it, pass --compat sglang or "
-            "--compat vllm; otherwise leave the option out (the model's own default then applies).")
+            f"{policy.name}; standard OpenAI fields only). If the servers take it, pass {_compat_hint()}; "
+            "otherwise leave the option out (the model's own default then applies).")
 
 
 def check_plan_fit(plan: SamplingPlan, policy: FieldPolicy) -> None:
@@ -108,7 +118,7 @@ def check_plan_fit(plan: SamplingPlan, policy: FieldPolicy) -> None:
             need = NEEDS_EXTENSION.get(name)
             if need is not None and not policy.allows(need):
                 wanted.setdefault(name, []).append(setting.name)
-        if not policy.extensions:  # standard fields only: --compat openai, or a fleet with another kind
+        if not policy.extensions:  # standard fields only: --compat openai, or a fleet with a plain server
             for name in sorted(setting.values.extra):
                 wanted.setdefault(name, []).append(setting.name)
     if wanted:
@@ -116,7 +126,7 @@ def check_plan_fit(plan: SamplingPlan, policy: FieldPolicy) -> None:
                           for name, settings in wanted.items())
         raise ConfigError(
             f"the sampling plan {plan.source} asks for {named}, which this run does not send (field set: "
-            f"{policy.name}). Nothing was sent. If the servers take it, pass --compat sglang or --compat vllm; "
+            f"{policy.name}). Nothing was sent. If the servers take it, pass {_compat_hint()}; "
             "otherwise take the field out of the plan.")
 
 
@@ -168,7 +178,7 @@ async def preflight(endpoints: Sequence[Endpoint], build: Callable[[Endpoint], d
 def _fix_for(name: str) -> str:
     """The option that leaves a refused field out of this endpoint's requests: the id fields go only while
     --token-ids asks for them."""
-    if name in _ID_FIELDS:
+    if name in _id_fields():
         return _NO_IDS_FIX
     return _FIX_FOR_FIELD.get(name, f"leaving out {name}")
 
@@ -181,15 +191,15 @@ def _refusal(endpoint: Endpoint, kind: str, policy: FieldPolicy, payload: dict[s
             f"{exc}.")
     if named:
         fixes = {_fix_for(name) for name in named}
-        if require_ids and "--compat openai" in fixes:
+        if require_ids and _PLAIN_FIX in fixes:
             # --token-ids on needs return_token_ids, which --compat openai never sends (client.fleet.token_ids).
-            fixes = (fixes - {"--compat openai"}) | {"--compat openai --token-ids off"}
+            fixes = (fixes - {_PLAIN_FIX}) | {f"{_PLAIN_FIX} --token-ids off"}
         ordered = sorted(fixes)
-        if not any(fix.startswith("--compat openai") for fix in ordered) and any(
-                name in _EXTENSIONS for name in named):
-            ordered.append("--compat openai (standard OpenAI fields only)"
+        if not any(fix.startswith(_PLAIN_FIX) for fix in ordered) and any(
+                name in _extensions() for name in named):
+            ordered.append(f"{_PLAIN_FIX} (standard OpenAI fields only)"
                            + (" with --token-ids off" if require_ids else ""))
         return ConfigError(f"{head} Refused field(s): {', '.join(named)}. Change this with "
                            f"{' / '.join(ordered)}.")
     return ConfigError(f"{head} Fields sent: {', '.join(optional)} (field set: {policy.name}). If the server takes "
-                       "only standard OpenAI fields, pass --compat openai.")
+                       f"only standard OpenAI fields, pass {_PLAIN_FIX}.")

@@ -4,11 +4,13 @@ Every kind keeps streaming, so live token counts, time to first token and stall 
 - vLLM streams them with `return_token_ids: true`: `choices[0].token_ids` on each chunk.
 - SGLang 0.5.23 streams them with `return_input_ids_in_sglext` and `return_output_ids_in_sglext`: one
   chunk with no choices, after the finish chunk, carries `sglext.input_ids` and `sglext.output_ids`
-  (client.wire.sglext; verified against the real server, tests/test_client_sglang.py). Its requests also
+  (client.fleet.servers.sglext; verified against the real server, tests/test_client_sglang.py). Its requests also
   ask for the per-request MTP and prefix-cache figures (`return_spec_tokens_details`,
   `return_cached_tokens_details`), which ride in the same chunk. (`return_token_ids` with `stream: true`
   is an HTTP 400 there.)
 - Any other server gives none: `on` refuses to start rather than run without them.
+Each kind's fields are its profile's `id_fields`, and how its replies carry the ids its `reply` dialect
+(client.fleet.servers); the messages here name the kinds from the registry (client.fleet.kinds).
 
 `auto` (the default) takes the ids wherever the server can give them; `off` asks for none. The preflight
 request proves `on`: a server that answers it without ids stops the run (exit 2).
@@ -21,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from client.core.errors import ConfigError
 from client.core.payload import FieldPolicy, IdRequest
-from client.fleet.kinds import OTHER, kind_named, kind_of
+from client.fleet.kinds import OTHER, id_kinds, kind_named, kind_of, known_names, none_of_known
 from client.fleet.profile import ServerProfile
 
 
@@ -36,7 +38,7 @@ _FIELD = "return_token_ids"
 
 
 def effective_kind(detected: str | None, compat: str, policy: FieldPolicy) -> ServerProfile:
-    """The kind whose id path a server takes: `--compat sglang|vllm` is the user's word for every server;
+    """The kind whose id path a server takes: `--compat KIND` is the user's word for every server;
     a server not detected (down at start) is taken to be the run's kind."""
     forced = kind_named(compat)
     if forced is not None and forced.gives_token_ids:
@@ -58,19 +60,21 @@ def ids_policy(policy: FieldPolicy, mode: str, kinds: Mapping[str, str]) -> Fiel
     if mode == "auto":
         return policy
     without = sorted(url for url, kind in kinds.items() if not kind_of(kind).gives_token_ids)
+    names = known_names()
     if without:
-        raise ConfigError(f"--token-ids on: {', '.join(without)} is neither SGLang nor vLLM (as detected from "
+        raise ConfigError(f"--token-ids on: {', '.join(without)} is {none_of_known()} (as detected from "
                           "/v1/models owned_by and /server_info), and no other server kind returns the token ids "
-                          "it generated. Leave those endpoints out, pass --compat sglang|vllm if they are one, or "
+                          f"it generated. Leave those endpoints out, pass --compat {names} if they are one, or "
                           "use --token-ids auto (ids where a server gives them) or off.")
-    if policy.name == "openai" and not kinds:
+    if policy.standard_only and not kinds:
         raise ConfigError("--token-ids on: no server was ready at start, so none could say what kind it is and "
                           "the run would send standard OpenAI fields only, without return_token_ids. Start once "
-                          "the servers are ready (their /health answers 200), or pass --compat sglang|vllm to name "
+                          f"the servers are ready (their /health answers 200), or pass --compat {names} to name "
                           "their kind; or use --token-ids auto / off.")
-    if policy.name == "openai":
-        raise ConfigError("--token-ids on needs the return_token_ids field, and --compat openai sends standard "
-                          "OpenAI fields only; pass --compat auto (or sglang / vllm), or --token-ids off.")
+    if policy.standard_only:
+        raise ConfigError(f"--token-ids on needs the return_token_ids field, and --compat {OTHER.name} sends "
+                          f"standard OpenAI fields only; pass --compat auto (or {known_names(' / ')}), or "
+                          "--token-ids off.")
     return FieldPolicy(policy.extensions | {_FIELD}, policy.name)
 
 
@@ -83,7 +87,7 @@ def id_request(url: str, kind: ServerProfile, mode: str, policy: FieldPolicy) ->
     if mode == TokenIds.ON and not kind.gives_token_ids:
         raise ConfigError(f"--token-ids on: {url} was not ready at start, and this fleet mixes server "
                           "kinds, so how it would give token ids is unknown; its records would have none. Start "
-                          "once it is ready, leave it out of --endpoints, pass --compat sglang|vllm if every "
+                          f"once it is ready, leave it out of --endpoints, pass --compat {known_names()} if every "
                           "server is that kind, or use --token-ids auto (ids where a server gives them).")
     wants_ids = policy.allows(_FIELD) and mode != TokenIds.OFF
     return IdRequest(dict(kind.id_fields) if wants_ids else {}, required=mode == TokenIds.ON)
@@ -103,9 +107,12 @@ def describe(mode: str, requests: Sequence[IdRequest]) -> str:
 
 
 def no_ids_refusal(url: str, kind: str) -> ConfigError:
+    """A preflight answer without the ids under `on`: where each known kind would have put them, and how to
+    have one send them, from the registry."""
+    givers = id_kinds()
+    where = ", ".join(f"no {kind.ids_where}" for kind in givers if kind.ids_where)
+    hints = "; ".join(kind.ids_hint for kind in givers if kind.ids_hint)
     return ConfigError(f"--token-ids on: {url} (server kind: {kind}) answered the preflight request without token "
-                       "ids (no choices[0].token_ids, no sglext.output_ids), so the run would have no exact ids; "
-                       "nothing was sent. Use a server that streams them (SGLang 0.5.23 or later, which sends "
-                       "sglext.output_ids on return_output_ids_in_sglext; vLLM with return_token_ids; the simulated "
-                       "server with --tokenizer DIR, e.g. --sim-arg=--tokenizer --sim-arg=DIR), or --token-ids "
-                       "auto / off to run without them.")
+                       f"ids ({where}), so the run would have no exact ids; nothing was sent. Use a server that "
+                       f"streams them ({hints}; the simulated server with --tokenizer DIR, e.g. "
+                       "--sim-arg=--tokenizer --sim-arg=DIR), or --token-ids auto / off to run without them.")

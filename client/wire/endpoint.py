@@ -3,7 +3,8 @@ load documents (the control plane), and its wire counters.
 
 Every request goes over one client.wire.transport.StreamingTransport: one keep-alive pool, one `Route`
 (TLS context and proxy decision, client.wire.connect) and one path rule (client.wire.urls:
-`root + /v1/...`, `root + /health`); `url` is the base URL without credentials. `/v1/models` is parsed
+`root + /v1/...`, `root + /health`); `url` is the base URL without credentials; `dialect` is how its kind's
+replies carry ids and figures (client.wire.dialect). `/v1/models` is parsed
 once (client.wire.models) and kept: the start-up checks read it from here instead of asking again.
 
 Every POST has a total deadline besides the idle timer, which a server trickling bytes would restart for
@@ -37,6 +38,7 @@ from client.core.records import Completion
 from client.core.repetition import STREAM_RULE, RepetitionDetector, stop_floor
 from client.wire.bounds import Bounds, mib
 from client.wire.connect import NetworkOptions, route_for
+from client.wire.dialect import PLAIN, ReplyDialect
 from client.wire.errors_map import DOCUMENT, Step, mapped
 from client.wire.models import ModelCatalog, parse_models
 from client.wire.native import GENERATE_PATH, Generated, parse_generated
@@ -86,6 +88,7 @@ class Endpoint:
         network: NetworkOptions | None = None,
         transport: StreamingTransport | None = None,
         bounds: Bounds | None = None,
+        dialect: ReplyDialect = PLAIN,
     ) -> None:
         try:
             self.server = ServerURL.parse(url)
@@ -99,6 +102,9 @@ class Endpoint:
         self.bounds = bounds or Bounds()
         self.last_error: AttemptError | None = None  # why the last health check got no answer
         self.catalog: ModelCatalog | None = None  # the last /v1/models that answered (model_catalog)
+        # How its kind's replies carry ids and MTP figures: standard fields only until the run knows its kind
+        # (client.engine.fields sets it from the kind's profile before the preflight).
+        self.dialect = dialect
         headers = {"user-agent": "regen-swarm", "accept-encoding": "identity"}
         token = api_key or self.server.token
         if token:
@@ -226,7 +232,8 @@ class Endpoint:
         # it (client.core.repetition_rule.stop_floor): a reply that could have been asked for is never cut.
         watch = RepetitionDetector(STREAM_RULE, armed=False) if stop_loops and max_tokens is not None else None
         arm_at = stop_floor(max_tokens) if watch is not None and max_tokens is not None else sys.maxsize
-        parser = StreamParser(watch, event_bytes=bounds.event_bytes, stream_bytes=bounds.stream_bytes)
+        parser = StreamParser(watch, dialect=self.dialect, event_bytes=bounds.event_bytes,
+                              stream_bytes=bounds.stream_bytes)
         # Without max_tokens the server's own context length bounds the reply; only the idle timeout applies.
         limit = token_limit(max_tokens) if max_tokens is not None else sys.maxsize
         deadline_s = bounds.stream_deadline(token_limit(max_tokens) if max_tokens is not None else None,

@@ -1,18 +1,21 @@
 """Server load documents -> `ServerLoad`: pure parsers for SGLang's `/v1/loads`, its legacy `/get_load`,
-and Prometheus `/metrics` from SGLang or vLLM. No I/O here; the dispatcher polls and calls these.
+and Prometheus `/metrics` read with the metric names each kind's dialect gives (client.wire.dialect). No I/O
+here; the dispatcher polls and calls these.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
 
 from client.core.errors import LoadFormatError
+from client.wire.dialect import MetricNames
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +84,10 @@ def parse_get_load(body: bytes) -> ServerLoad:
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfaINFA]+)(?:\s+\d+)?$")
 
-# (running, waiting, generated-tokens counter, KV-cache use 0..1) metric names per engine; vLLM renamed
-# its cache gauge from gpu_cache_usage_perc to kv_cache_usage_perc, so both are read.
-_ENGINES = (
-    ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:generation_tokens_total", ("sglang:token_usage",)),
-    ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total",
-     ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
-)
 
-
-# SGLang's gauge (metrics/collector.py, SchedulerMetricsCollector): mean accepted length, one sample per rank.
-_ACCEPT_LENGTH = "sglang:spec_accept_length"
-
-
-def parse_metrics(text: bytes) -> ServerLoad:
-    """Prometheus text; sums every sample of a family (one per DP rank or engine)."""
+def parse_metrics(text: bytes, families: Sequence[MetricNames]) -> ServerLoad:
+    """Prometheus text; sums every sample of a family (one per DP rank or engine). `families`: each kind's
+    metric names (client.wire.dialect), tried in order; the first whose running gauge is present is read."""
     sums: dict[str, float] = {}
     samples: Counter[str] = Counter()
     highest: dict[str, float] = {}  # gauges of a share (cache use) are per rank: the fullest rank counts
@@ -113,23 +105,25 @@ def parse_metrics(text: bytes) -> ServerLoad:
         sums[name] = sums.get(name, 0.0) + value
         samples[name] += 1
         highest[name] = max(highest.get(name, value), value)
-    for running, waiting, generated, usage_names in _ENGINES:
-        if running in sums:
-            usage = next((highest[name] for name in usage_names if name in highest), None)
-            accept = _ACCEPT_LENGTH
-            return ServerLoad(running=int(sums[running]), waiting=int(sums.get(waiting, 0.0)),
-                              generation_tokens_total=sums.get(generated), token_usage=usage,
-                              gen_throughput=sums.get("sglang:gen_throughput"),
-                              accept_length=sums[accept] / samples[accept] if samples[accept] else None)
+    for names in families:
+        if names.running in sums:
+            usage = next((highest[name] for name in names.usage if name in highest), None)
+            accept = names.accept_length
+            return ServerLoad(running=int(sums[names.running]), waiting=int(sums.get(names.waiting, 0.0)),
+                              generation_tokens_total=sums.get(names.generated), token_usage=usage,
+                              gen_throughput=sums.get(names.throughput) if names.throughput else None,
+                              accept_length=sums[accept] / samples[accept] if accept and samples[accept] else None)
     raise LoadFormatError("/metrics: no known running/waiting gauges (is --enable-metrics on?)")
 
 
-# Tried in this order; the first that answers and parses is kept for the endpoint.
-LOAD_SOURCES: tuple[tuple[str, Callable[[bytes], ServerLoad]], ...] = (
-    ("/v1/loads", parse_v1_loads),
-    ("/get_load", parse_get_load),
-    ("/metrics", parse_metrics),
-)
+def load_sources(families: Sequence[MetricNames]) -> tuple[tuple[str, Callable[[bytes], ServerLoad]], ...]:
+    """The load documents tried in this order; the first that answers and parses is kept for the endpoint.
+    `/metrics` is read with the known kinds' metric names (client.fleet.kinds.metric_families)."""
+    return (
+        ("/v1/loads", parse_v1_loads),
+        ("/get_load", parse_get_load),
+        ("/metrics", partial(parse_metrics, families=tuple(families))),
+    )
 
 
 def _json(body: bytes) -> Any:

@@ -18,10 +18,12 @@ final usage corrects), tolerates
 builds that omit null fields or never send `[DONE]` (a stream that ends cleanly after its finish_reason
 is whole), and turns a `data: {"error": ...}` event into a failed attempt.
 
-Exact token ids: vLLM puts `token_ids` on each choice and `prompt_token_ids` on the first chunk; SGLang
-sends them once, in a chunk with no choices that carries its `sglext` object (client.wire.sglext), with the
-request's MTP figures and cache tiers beside them. Both are read only where they can be (a chunk with no
-choices is rare), so the per-chunk path does no more work for them.
+Exact token ids and MTP figures come as the server's kind sends them, which the parser is handed as a
+`ReplyDialect` (client.wire.dialect; each kind's lives with its profile in client.fleet.servers): a key on
+each chunk's choice (vLLM: `token_ids`) and on the chunk (`prompt_token_ids`), looked up as the standard
+fields are, and the object a chunk with no choices carries (SGLang: `sglext`, with the request's MTP
+figures and cache tiers), read by the kind's own reader. A chunk with no choices is rare, so the per-chunk
+path does no more work for any kind.
 
 Memory is bounded (client.wire.bounds): the unterminated tail of an event held between reads may not pass
 `event_bytes`, and the bytes of the whole stream (after any gzip) not `stream_bytes`; passing either is an
@@ -42,8 +44,8 @@ from client.core.errors import OversizedResponse, StreamDropped, StreamErrorEven
 from client.core.records import Completion, ToolCall, Usage
 from client.core.repetition import Repetition, RepetitionDetector
 from client.wire.bounds import EVENT_BYTES, STREAM_BYTES, mib
+from client.wire.dialect import PLAIN, ReplyDialect
 from client.wire.errors_map import EVENT, Step, translate_attempt
-from client.wire.sglext import fill_cached_tokens, int_list, output_ids, spec_from
 
 _loads = orjson.loads
 
@@ -63,9 +65,12 @@ class StreamParser:
     __slots__ = (
         "_completion_ids",
         "_content",
+        "_dialect",
         "_event_bytes",
         "_held",
+        "_ids_key",
         "_last_tool_index",
+        "_prompt_key",
         "_reasoning",
         "_stream_bytes",
         "_tail",
@@ -80,13 +85,13 @@ class StreamParser:
         "prompt_token_ids",
         "received",
         "saw_output",
-        "sglext",
+        "trailer",
         "usage",
         "watch",
     )
 
-    def __init__(self, watch: RepetitionDetector | None = None, *, event_bytes: int = EVENT_BYTES,
-                 stream_bytes: int = STREAM_BYTES) -> None:
+    def __init__(self, watch: RepetitionDetector | None = None, *, dialect: ReplyDialect = PLAIN,
+                 event_bytes: int = EVENT_BYTES, stream_bytes: int = STREAM_BYTES) -> None:
         # The unterminated event held between reads, as the pieces it came in (normalised: LF line endings,
         # but for a CR at the very end), and their length: an event that spans many reads is joined once,
         # when its end arrives, not copied and searched again at every read.
@@ -110,7 +115,11 @@ class StreamParser:
         self.usage: Usage | None = None
         self.model: str | None = None
         self.prompt_token_ids: list[int] | None = None
-        self.sglext: dict[str, Any] | None = None
+        # How this server's kind sends ids and figures; its two per-chunk keys are held in slots of their own.
+        self._dialect = dialect
+        self._ids_key = dialect.choice_ids
+        self._prompt_key = dialect.prompt_ids
+        self.trailer: dict[str, Any] | None = None  # the kind's trailer objects, merged
         self.saw_output = False
         self.live_tokens = 0  # completion tokens so far: exact with per-chunk usage, else output chunks
         self.exact_count = False
@@ -230,7 +239,7 @@ class StreamParser:
                     self.saw_output = True
                     if not self.exact_count:
                         self.live_tokens += 1  # at least one token per chunk; the final usage corrects it
-            ids = choice.get("token_ids")
+            ids = choice.get(self._ids_key)
             if ids:
                 if self._completion_ids is None:
                     self._completion_ids = []
@@ -245,17 +254,19 @@ class StreamParser:
             self._take_usage(usage)
         if self.model is None:
             self.model = obj.get("model")
-        prompt_ids = obj.get("prompt_token_ids")
+        prompt_ids = obj.get(self._prompt_key)
         if prompt_ids:
             self.prompt_token_ids = prompt_ids
 
     def _without_choices(self, obj: dict[str, Any]) -> None:
-        """A chunk without choices (rare: off the per-token path): an error event, or SGLang's `sglext`."""
+        """A chunk without choices (rare: off the per-token path): an error event, or the kind's trailer."""
         if "error" in obj:
             raise StreamErrorEvent(f"error event: {_error_text(obj['error'])}")
-        extension = obj.get("sglext")
-        if isinstance(extension, dict):
-            self._take_sglext(extension)
+        key = self._dialect.trailer
+        if key:
+            trailer = obj.get(key)
+            if isinstance(trailer, dict):
+                self._take_trailer(trailer)
 
     def _take_usage(self, usage: Usage) -> None:
         """The final usage: its completion count replaces the live one (one per chunk) when it is a count."""
@@ -265,15 +276,17 @@ class StreamParser:
             self.live_tokens = count
             self.exact_count = True
 
-    def _take_sglext(self, extension: dict[str, Any]) -> None:
-        """SGLang's ids and figures; with the framed ids event they come in two chunks, so merge."""
-        self.sglext = {**self.sglext, **extension} if self.sglext else extension
-        completion_ids = output_ids(extension)
-        if completion_ids is not None:
-            self._completion_ids = completion_ids
-        prompt_ids = int_list(extension.get("input_ids"))
-        if prompt_ids is not None:
-            self.prompt_token_ids = prompt_ids
+    def _take_trailer(self, trailer: dict[str, Any]) -> None:
+        """The kind's ids and figures; they may come in several chunks (SGLang's framed ids event), so merge."""
+        self.trailer = {**self.trailer, **trailer} if self.trailer else trailer
+        read = self._dialect.read_trailer
+        if read is None:
+            return
+        found = read(trailer)
+        if found.completion is not None:
+            self._completion_ids = found.completion
+        if found.prompt is not None:
+            self.prompt_token_ids = found.prompt
 
     def _merge_tool_calls(self, calls: list[dict[str, Any]]) -> None:
         self.saw_output = True
@@ -327,10 +340,8 @@ class StreamParser:
                      arguments=redact.reply("".join(parts.arguments)))
             for _, parts in sorted(self._tools.items())
         )
-        spec = None
-        if self.sglext is not None:
-            fill_cached_tokens(usage, self.sglext)
-            spec = spec_from(self.sglext.get("spec_tokens_details"))
+        figures = self._dialect.figures
+        spec = figures(self.trailer, usage) if self.trailer is not None and figures is not None else None
         return Completion(
             reasoning=redact.reply("".join(self._reasoning)),
             content=redact.reply("".join(self._content)),

@@ -78,6 +78,9 @@ MODES: dict[str, str] = {
                         "429 with Retry-After: --retry-after (default 100000 s); later ones answer normally",
     "ids_once": "SGLang's sglext ids chunk (on return_output_ids_in_sglext) in the first stream only: a server "
                 "that gives ids at the preflight and none afterwards",
+    "text_ids": "a kind the client does not ship (name it with --owned-by): on `x_text_ids: true`, a chunk with "
+                "no choices after the finish chunk carries `x_text_ids: {prompt, completion, accept}`, the ids as "
+                "space-separated text (prompt 100.., completion 1000..) and an MTP accept length of 2.5",
 }
 _EXCLUSIVE = ({"http10_close", "content_length", "bad_chunk_crlf"}, {"strict400", "strict422"},
               {"health404", "health_slow", "health_hang"}, {"html200", "html200_all"},
@@ -353,6 +356,12 @@ class OddServer:
                     "id": rid, "object": "chat.completion.chunk", "created": chatwire.CREATED, "model": answer.model,
                     "choices": [], "usage": None,
                     "sglext": {"input_ids": [1, 2, 3], "output_ids": [list(range(answer.completion_tokens))]}})
+            if self.has("text_ids") and body.get("x_text_ids") is True:
+                objs.insert(len(objs) - 1 if objs[-1].get("usage") else len(objs), {
+                    "id": rid, "object": "chat.completion.chunk", "model": answer.model, "choices": [],
+                    "x_text_ids": {"prompt": " ".join(str(100 + i) for i in range(answer.prompt_tokens)),
+                                   "completion": " ".join(str(1000 + i) for i in range(answer.completion_tokens)),
+                                   "accept": 2.5}})
             events: list[bytes | str] = [self.dialect.event(o) for o in objs]
             if not self.has("no_done"):
                 events.append(self.dialect.event(None))

@@ -1,7 +1,7 @@
 """SGLang (0.5.23): the main engine. Recognised by `/v1/models` `owned_by: sglang` or its `/server_info`; takes
 the sampling extensions and `chat_template_kwargs`; gives token ids in the `sglext` chunk it streams after
-the finish chunk (client.wire.sglext), with its MTP and cache figures; counts a prompt at `/v1/tokenize`.
-Warns at start of a tool-call parser whose streaming loses reply text."""
+the finish chunk (client.fleet.servers.sglext, its reply dialect), with its MTP and cache figures; counts a
+prompt at `/v1/tokenize`. Warns at start of a tool-call parser whose streaming loses reply text."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from client.core.errors import AttemptError
 from client.fleet.profile import TOKEN_IDS_FIELD, ServerProfile
+from client.fleet.servers.sglext import REPLY, SGLANG_REQUEST_FIELDS
 from client.wire.endpoint import Endpoint
-from client.wire.sglext import SGLANG_REQUEST_FIELDS
 
 # SGLang tool-call parsers whose streaming loses reply text: SGLang 0.5.23's Qwen25Detector (`qwen`, `qwen25`)
 # goes through BaseFormatDetector.parse_streaming_increment, which jumps to "<tool_call>\n" when an increment
@@ -47,4 +47,5 @@ async def tools_warning(endpoint: Endpoint) -> str | None:
 PROFILE = ServerProfile(
     name="sglang", label="SGLang", owned_by=("sglang",), server_info=is_sglang_info,
     extensions=frozenset({"top_k", "min_p", "chat_template_kwargs", TOKEN_IDS_FIELD, "continuous_usage_stats"}),
-    id_fields=SGLANG_REQUEST_FIELDS, count_path="/v1/tokenize", tools_warning=tools_warning)
+    id_fields=SGLANG_REQUEST_FIELDS, count_path="/v1/tokenize", tools_warning=tools_warning,
+    reply=REPLY, ids_hint="SGLang 0.5.23 or later, which sends sglext.output_ids on return_output_ids_in_sglext")

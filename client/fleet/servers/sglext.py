@@ -10,7 +10,8 @@ HTTP 400, and without streaming answers `choices[0].response_token_ids`.) With t
 and the SSE parser would read that event the same way.
 
 This module owns the field names and turns the object into the record's parts: ids, `spec` (the request's
-MTP accept length, accept rate, verify steps and draft counts) and the prefix-cache hit.
+MTP accept length, accept rate, verify steps and draft counts) and the prefix-cache hit. It is SGLang's reply
+dialect (`REPLY`, client.wire.dialect): the metric families its `/metrics` reports load in are here too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from client.core.records import Spec, Usage
+from client.wire.dialect import MetricNames, ReplyDialect, TrailerIds, int_list
 
 # What an SGLang request carries to get its ids and its figures. The detail fields change nothing in the
 # reply, so they are not part of the recorded sampling.
@@ -28,13 +30,6 @@ SGLANG_REQUEST_FIELDS: dict[str, bool] = dict.fromkeys((*SGLANG_ID_FIELDS, *SGLA
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def int_list(value: object) -> list[int] | None:
-    """`value` when it is a list of ints, else None."""
-    if isinstance(value, list) and all(_int(item) is not None for item in value):
-        return value
-    return None
 
 
 def output_ids(sglext: dict[str, Any]) -> list[int] | None:
@@ -76,3 +71,23 @@ def fill_cached_tokens(usage: Usage, sglext: dict[str, Any]) -> None:
     if isinstance(tiers, dict):
         total = sum(_int(tiers.get(tier)) or 0 for tier in ("device", "host", "storage"))
         usage["prompt_tokens_details"] = {**(details if isinstance(details, dict) else {}), "cached_tokens": total}
+
+
+def read_ids(sglext: dict[str, Any]) -> TrailerIds:
+    """The ids one `sglext` object carries (with the framed ids event, they come in a chunk of their own)."""
+    return TrailerIds(prompt=int_list(sglext.get("input_ids")), completion=output_ids(sglext))
+
+
+def figures(sglext: dict[str, Any], usage: Usage) -> Spec | None:
+    """At the reply's end: the cache hit into `usage` when only the tiers came, and the MTP figures."""
+    fill_cached_tokens(usage, sglext)
+    return spec_from(sglext.get("spec_tokens_details"))
+
+
+# SGLang's Prometheus families (metrics/collector.py, SchedulerMetricsCollector); the accept length is a
+# gauge of the mean accepted length, one sample per rank.
+METRICS = MetricNames(running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs",
+                      generated="sglang:generation_tokens_total", usage=("sglang:token_usage",),
+                      throughput="sglang:gen_throughput", accept_length="sglang:spec_accept_length")
+
+REPLY = ReplyDialect(trailer="sglext", read_trailer=read_ids, figures=figures, metrics=METRICS)
