@@ -133,7 +133,8 @@ def test_tools_are_written_as_sglang_rendered_them(tmp_path: Path) -> None:
     assert report["template"]["matched"] == 1 and report["template"]["sglang_tools"] == 1
     line = json.loads((tmp_path / "train.jsonl").read_text())
     assert json.loads(line["tools"]) == [sglang_tool(WEATHER_TOOL)]
-    row = read_specforge_conversations(tmp_path / "train.jsonl", ChatTokenizer.load(tiny_tokenizer_dir(TEMPLATE)), BIG)[0]
+    tok = ChatTokenizer.load(tiny_tokenizer_dir(TEMPLATE))
+    row = read_specforge_conversations(tmp_path / "train.jsonl", tok, BIG)[0]
     server = record["prompt_token_ids"] + record["completion_token_ids"]
     assert row["input_ids"][:len(server)] == server
 

@@ -125,7 +125,8 @@ def _cut_call(turn: dict[str, Any]) -> bool:
     for call in turn.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None
         arguments = function.get("arguments") if isinstance(function, dict) else None
-        if not (isinstance(arguments, dict) or (isinstance(arguments, str) and arguments_object(arguments) is not None)):
+        parsed = arguments_object(arguments) if isinstance(arguments, str) else arguments
+        if not isinstance(parsed, dict):
             return True
     return False
 
