@@ -36,6 +36,8 @@ _PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
 # The block itself starts on its own line; the preamble before it mentions "<tools></tools>" in prose.
 _TOOLS = re.compile(r"<tools>\n(.*?)\n?</tools>", re.S)
 _ID_COLUMNS = ("id", "uid", "uuid", "sample_id")
+# Where Qwen3.5/3.6's instructions for the XML calls end, in the system turn.
+_QWEN36_TOOLS_END = "</IMPORTANT>"
 
 
 def prompt_ids(input_ids: list[int], loss_mask: list[int] | None) -> tuple[list[int], bool]:
@@ -74,6 +76,9 @@ def _system(body: str) -> tuple[str | None, list[dict[str, Any]] | None]:
         raise ConvertError(f"the system turn's <tools> block holds a line that is not JSON: {exc}") from None
     marker = body.find("# Tools")
     text = body[:marker].rstrip("\n") if marker >= 0 else ""
+    if not text and _QWEN36_TOOLS_END in body:
+        # Qwen3.5/3.6 write the system text after the tools and their instructions, not before them.
+        text = body.split(_QWEN36_TOOLS_END, 1)[1].strip("\n")
     return (text or None), normalize_tools(tools, "the <tools> block")
 
 

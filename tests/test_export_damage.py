@@ -17,6 +17,9 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from launch.sim.config import ChatTemplateName
 from tests.results_fixture import WEATHER_TOOL, result, tool_call, write_segment
 from tests.test_export import cases, export, served, without_ids
 
@@ -82,18 +85,21 @@ def test_a_record_with_fields_of_the_wrong_type_is_named_not_a_traceback(tmp_pat
     assert re.search(r"host-0of1-run-\d+\.jsonl:2: bad-calls: the chat template failed", stderr), stderr
 
 
-def test_content_parts_are_flattened_as_sglang_flattens_them(tmp_path: Path) -> None:
-    """No ids: the row is re-rendered, and a list of text parts is one string of the parts joined by a space
-    (SGLang, for a template that does not loop over a message's content). The count must agree with what
-    the server reported for the same prompt as one string."""
-    text = served("as-text", ASK.format("one two"), "Fine.\n</think>\n\nDone.<|im_end|>", reasoning="Fine.",
-                  content="Done.")
-    text["messages"] = [{"role": "user", "content": "Question one two?"}]
+@pytest.mark.parametrize(("template", "joined"), [("qwen3", "one two"), ("qwen3.6", "onetwo")])
+def test_content_parts_are_flattened_as_sglang_flattens_them(tmp_path: Path, template: ChatTemplateName,
+                                                             joined: str) -> None:
+    """No ids: the row is re-rendered, and a list of text parts is handed to the template as SGLang hands it:
+    one string of the parts joined by a space for a template that does not loop over a message's content
+    (the Qwen3 style), the parts themselves for one that does (Qwen3.6's, which writes them one after the
+    other). The count must agree with what the server reported for the same prompt as that one string."""
+    text = served("as-text", ASK.format(joined), "Fine.\n</think>\n\nDone.<|im_end|>", template,
+                  reasoning="Fine.", content="Done.")
+    text["messages"] = [{"role": "user", "content": f"Question {joined}?"}]
     parts = dict(text, id="as-parts", messages=[{"role": "user", "content": [
         {"type": "text", "text": "Question one"}, {"type": "text", "text": "two?"}]}])
     write_segment(tmp_path / "run", [without_ids(text), without_ids(parts)])
     for fmt in ("specforge", "specforge-tokenized", "parquet"):
-        code, report, stderr = export(tmp_path / "run", tmp_path / f"o-{fmt}", "--format", fmt)
+        code, report, stderr = export(tmp_path / "run", tmp_path / f"o-{fmt}", "--format", fmt, template=template)
         assert "Traceback" not in stderr
         assert code == 0, stderr
         assert report["exported"] == 2 and report["prompt_mismatch"] == 0, fmt

@@ -15,8 +15,9 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from client.export.render import ChatTokenizer, render_record, sglang_tool
+from launch.sim.config import ChatTemplateName
 from tests.results_fixture import WEATHER_TOOL, result, write_segment
-from tests.test_export import TOOLS_PREAMBLE, cases, export, served, without_ids
+from tests.test_export import TEMPLATE, TOOLS_PREAMBLE, cases, export, served, without_ids
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 from tests.trainer_readers import read_specforge_conversations, read_specforge_tokenized, read_speculators
 
@@ -102,7 +103,7 @@ def test_specforge_conversations_render_back_to_the_server_ids(tmp_path: Path) -
     assert lines["plain"]["conversations"] == [
         {"role": "user", "content": "Question plain?"},
         {"role": "assistant", "content": "The answer is two.", "reasoning_content": "The user asks."}]
-    tok = ChatTokenizer.load(tiny_tokenizer_dir())
+    tok = ChatTokenizer.load(tiny_tokenizer_dir(TEMPLATE))
     rows = read_specforge_conversations(tmp_path / "train.jsonl", tok, BIG)
     by_id = dict(zip(lines, rows, strict=True))
     for record in (r for r in records if r["id"] in by_id):
@@ -132,7 +133,8 @@ def test_tools_are_written_as_sglang_rendered_them(tmp_path: Path) -> None:
     assert report["template"]["matched"] == 1 and report["template"]["sglang_tools"] == 1
     line = json.loads((tmp_path / "train.jsonl").read_text())
     assert json.loads(line["tools"]) == [sglang_tool(WEATHER_TOOL)]
-    row = read_specforge_conversations(tmp_path / "train.jsonl", ChatTokenizer.load(tiny_tokenizer_dir()), BIG)[0]
+    tok = ChatTokenizer.load(tiny_tokenizer_dir(TEMPLATE))
+    row = read_specforge_conversations(tmp_path / "train.jsonl", tok, BIG)[0]
     server = record["prompt_token_ids"] + record["completion_token_ids"]
     assert row["input_ids"][:len(server)] == server
 
@@ -157,7 +159,7 @@ def test_rerendered_tools_take_sglang_form_when_usage_says_so(tmp_path: Path) ->
 
 def _turns() -> list[dict[str, Any]]:
     """A two-turn `--turns all` conversation, ids from the tiny template (render_record is tested above)."""
-    tok = ChatTokenizer.load(tiny_tokenizer_dir())
+    tok = ChatTokenizer.load(tiny_tokenizer_dir(TEMPLATE))
     first = result("c#1", reasoning="First thought.", content="First answer.", conversation_id="c", turn=1)
     first["messages"] = [{"role": "user", "content": "Question one?"}]
     second = result("c#2!", reasoning="Second thought.", content="Second answer.", conversation_id="c", turn=2)
@@ -193,10 +195,10 @@ def test_turns_as_rows_or_as_one_conversation(tmp_path: Path) -> None:
     assert report["template"]["matched"] == report["template"]["checked"] == 1
 
 
-def test_a_tool_trajectory_turn_reads_back_with_its_tool_result(tmp_path: Path) -> None:
-    """Turn 2 of an agentic conversation: the history holds turn 1's tool call and the tool's result; the
-    row keeps the `tool_call_id`, passes SpecForge's role-order rules and renders to the server's ids."""
-    tok = ChatTokenizer.load(tiny_tokenizer_dir())
+def _trajectory_turn(template: ChatTemplateName) -> tuple[dict[str, Any], ChatTokenizer]:
+    """Turn 2 of an agentic conversation, with the ids the server renders for it under `template`: the
+    history holds turn 1's tool call and the tool's result."""
+    tok = ChatTokenizer.load(tiny_tokenizer_dir(template))
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     record = result("w#2!", reasoning="It is sunny there.", content="Sunny in Paris.", conversation_id="w", turn=2,
                     tools=[WEATHER_TOOL])
@@ -206,6 +208,12 @@ def test_a_tool_trajectory_turn_reads_back_with_its_tool_result(tmp_path: Path) 
     tokens = render_record(record, tok)
     record["prompt_token_ids"], record["completion_token_ids"] = tokens.prompt, tokens.completion
     record["usage"] = {"prompt_tokens": len(tokens.prompt), "completion_tokens": len(tokens.completion)}
+    return record, tok
+
+
+def test_a_tool_trajectory_turn_reads_back_with_its_tool_result(tmp_path: Path) -> None:
+    """The row keeps the `tool_call_id`, passes SpecForge's role-order rules and renders to the server's ids."""
+    record, tok = _trajectory_turn(TEMPLATE)
     write_segment(tmp_path / "run", [record])
     code, report, stderr = export(tmp_path / "run", tmp_path / "train.jsonl", "--format", "specforge")
     assert code == 0, stderr
@@ -213,8 +221,24 @@ def test_a_tool_trajectory_turn_reads_back_with_its_tool_result(tmp_path: Path) 
     line = json.loads((tmp_path / "train.jsonl").read_text())
     assert line["conversations"][2] == {"role": "tool", "content": '{"sky": "sunny"}', "tool_call_id": "call_1"}
     (row,) = read_specforge_conversations(tmp_path / "train.jsonl", tok, BIG)
-    server = tokens.prompt + tokens.completion
+    server = record["prompt_token_ids"] + record["completion_token_ids"]
     assert row["input_ids"][:len(server)] == server
+
+
+def test_a_tool_trajectory_turn_under_qwen36_is_found_by_the_check(tmp_path: Path) -> None:
+    """Under Qwen3.6 the history's tool-call turn sits after the last user message, so the server renders it
+    with a think block, and SpecForge supervises it: a prompt token the model did not generate here. The
+    check finds it and the file is not written (docs/export.md: export such data as specforge-tokenized),
+    which keeps its exact ids."""
+    record, _ = _trajectory_turn("qwen3.6")
+    write_segment(tmp_path / "run", [record])
+    code, _, stderr = export(tmp_path / "run", tmp_path / "train.jsonl", "--format", "specforge",
+                             template="qwen3.6")
+    assert code == 3 and not (tmp_path / "train.jsonl").exists(), stderr
+    assert "w#2!: the trainer supervises a token of the prompt" in stderr
+    code, report, stderr = export(tmp_path / "run", tmp_path / "t.jsonl", "--format", "specforge-tokenized",
+                                  template="qwen3.6")
+    assert code == 0 and report["exported"] == report["exact"] == 1, stderr
 
 
 def test_a_turn_left_out_keeps_its_history_form(tmp_path: Path) -> None:

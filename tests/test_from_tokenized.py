@@ -1,5 +1,6 @@
 """Prompt recovery from a tokenized set: a round trip PromptRecord -> (results) -> export parquet ->
-from_tokenized -> PromptRecord with the tiny Qwen3-style tokenizer, plus the parser's pure parts."""
+from_tokenized -> PromptRecord with the tiny tokenizer (Qwen3.6's template, the simulator's default, and the
+Qwen3 style's), plus the parser's pure parts."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
+from launch.sim.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
 from prompts.from_tokenized import prompt_ids, split_turns, to_messages
 from prompts.schema import validate_prompt
 from tests.conftest import REPO
@@ -53,22 +55,25 @@ def run_results(prompts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return records
 
 
-def tokenized_set(tmp_path: Path) -> Path:
+def tokenized_set(tmp_path: Path, template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE) -> Path:
     write_segment(tmp_path / "run", run_results(PROMPTS))
     out = tmp_path / "train.parquet"
     subprocess.run([sys.executable, "-m", "client.export", str(tmp_path / "run"), "--tokenizer",
-                    str(tiny_tokenizer_dir()), "--out", str(out)], cwd=REPO, check=True, capture_output=True)
+                    str(tiny_tokenizer_dir(template)), "--out", str(out)], cwd=REPO, check=True, capture_output=True)
     return out
 
 
-def recover(source: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def recover(source: Path, out: Path, *extra: str, template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE
+            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "prompts.from_tokenized", str(source), "--tokenizer",
-                           str(tiny_tokenizer_dir()), "--out", str(out), *extra],
+                           str(tiny_tokenizer_dir(template)), "--out", str(out), *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_round_trip(tmp_path: Path) -> None:
-    proc = recover(tokenized_set(tmp_path), tmp_path / "prompts.jsonl", "--source", "recovered")
+@pytest.mark.parametrize("template", ["qwen3.6", "qwen3"])
+def test_round_trip(tmp_path: Path, template: ChatTemplateName) -> None:
+    proc = recover(tokenized_set(tmp_path, template), tmp_path / "prompts.jsonl", "--source", "recovered",
+                   template=template)
     assert proc.returncode == 0, proc.stderr
     recovered = [orjson.loads(line) for line in (tmp_path / "prompts.jsonl").read_bytes().splitlines()]
     assert [r["id"] for r in recovered] == [p["id"] for p in PROMPTS]

@@ -30,7 +30,7 @@ import pytest
 from client.core.entry import run_tool
 from client.export import build
 from tests.conftest import REPO
-from tests.test_export import cases
+from tests.test_export import TEMPLATE, cases
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 RECORDS = 40_000
@@ -80,7 +80,7 @@ def test_a_stop_is_one_line_and_exit_130(tmp_path: Path, big_run: Path, tool: st
     out = tmp_path / "train.jsonl"
     args = {"audit": ["client.audit", str(big_run)],
             "status": ["client.status", "--out", str(big_run)],
-            "export": ["client.export", str(big_run), "--tokenizer", str(tiny_tokenizer_dir()), "--format",
+            "export": ["client.export", str(big_run), "--tokenizer", str(tiny_tokenizer_dir(TEMPLATE)), "--format",
                        "specforge-tokenized", "--out", str(out)]}[tool]
     done = _stop_while_working(args, segment, sig, sigint_ignored=sigint_ignored)
     assert done.returncode == 130, done.stderr[-2000:]
@@ -99,7 +99,8 @@ def _file_size_limit(limit: int) -> None:
 def test_no_room_during_an_export_is_exit_4_and_leaves_nothing(tmp_path: Path, big_run: Path, fmt: str) -> None:
     out = tmp_path / "train.out"
     done = subprocess.run([sys.executable, "-m", "client.export", str(big_run), "--tokenizer",
-                           str(tiny_tokenizer_dir()), "--format", fmt, "--out", str(out), "--row-group-size", "64"],
+                           str(tiny_tokenizer_dir(TEMPLATE)), "--format", fmt, "--out", str(out),
+                           "--row-group-size", "64"],
                           cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
                           preexec_fn=lambda: _file_size_limit(256 * 1024))
     assert done.returncode == 4, done.stderr[-2000:]
@@ -147,7 +148,7 @@ def test_a_double_ctrl_c_in_the_export_leaves_no_part(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(build, "open_writer", open_writer)
     code = run_tool("client.export.main", "OUT was not written (nothing partial is left): run the export again",
-                    [str(run), "--tokenizer", str(tiny_tokenizer_dir()), "--format", fmt, "--out", str(out),
+                    [str(run), "--tokenizer", str(tiny_tokenizer_dir(TEMPLATE)), "--format", fmt, "--out", str(out),
                      "--row-group-size", "1000"])
     [writer] = opened
     assert (writer.rows, writer.closing) == (50, 1), "both presses landed where they should"

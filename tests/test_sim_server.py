@@ -198,10 +198,13 @@ async def test_tool_call_deltas_carry_valid_json_arguments() -> None:
 async def test_the_qwen_parser_loses_the_text_that_shares_a_chunk_with_a_call() -> None:
     """As SGLang 0.5.23's qwen parser streams (Qwen25Detector): the text in the same increment as
     "<tool_call>" is in no chunk, so the streamed content is a prefix of the reply's; qwen3_coder keeps it.
-    Eight tokens per chunk put a reply's last words and its call's start in one chunk."""
+    Eight tokens per chunk put a reply's last words and its call's start in one chunk. The qwen parser reads
+    the hermes JSON calls of the Qwen3 style, so the model played is that one (Qwen3.6's XML calls are
+    qwen3_coder's)."""
     streamed: dict[tuple[str, int], tuple[str, list[str]]] = {}
     for parser in ("qwen3_coder", "qwen"):
-        async with serving(tool_call_rate=1.0, tokens_per_chunk=8, tool_call_parser=parser) as (_, client):
+        async with serving(tool_call_rate=1.0, tokens_per_chunk=8, tool_call_parser=parser,
+                           chat_template="qwen3") as (_, client):
             for i in range(8):
                 msgs = [{"role": "user", "content": f"What is the weather in city number {i}?"}]
                 evs = await events(client, body(msgs, stream=True, tools=[WEATHER_TOOL]))

@@ -25,7 +25,7 @@ from launch.sim.script import build_script
 from launch.sim.server import SimServer
 from launch.sim.tokens import SimTokenizer
 from prompts.sglang_input import content_format
-from tests.tokenizer_fixture import TEMPLATE_PATH, tiny_tokenizer_dir
+from tests.tokenizer_fixture import TEMPLATE_PATH, TEMPLATES, tiny_tokenizer_dir
 
 # A template that adds content to strings, as many do: it fails on a content-part list.
 STRING_TEMPLATE = (
@@ -110,7 +110,9 @@ def test_templates_that_loop_over_content_keep_the_parts() -> None:
     assert content_format("{% for message in messages %}{% for p in message['content'] %}{% endfor %}"
                           "{% endfor %}") == "openai"
     assert content_format("{{ messages[0].content }} <|vision_start|>") == "openai"  # a multimodal template
-    assert content_format(TEMPLATE_PATH.read_text()) == "string"  # its loop is over a macro's argument
+    # The Qwen3 style's loop is over a macro's argument; Qwen3.6's render_content loops over the parts.
+    assert content_format(TEMPLATES["qwen3"].read_text()) == "string"
+    assert content_format(TEMPLATES["qwen3.6"].read_text()) == "openai"
 
 
 async def test_tools_are_rendered_as_sglang_dumps_them(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
-"""The tests' tiny Qwen3-style tokenizer: the one the simulated fleet serves with (launch.sim.tiny_tokenizer,
-built once and cached), under the names the tests import."""
+"""The tests' tiny Qwen-style tokenizer: the one the simulated fleet serves with (launch.sim.tiny_tokenizer,
+built once per template and cached), under the names the tests import. Without an argument it carries the
+simulator's default template (Qwen3.6's); `tiny_tokenizer_dir("qwen3")` is the one of the Qwen3 style, for
+the tests whose server text is spelled out in that layout."""
 
 from __future__ import annotations
 
@@ -8,17 +10,19 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from launch.sim.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
+from launch.sim.qwen36 import TEMPLATES
 from launch.sim.tiny_tokenizer import ADDED, QWEN2_PRETOKENIZE_REGEX, SPECIAL, TEMPLATE_PATH, build_tokenizer
 from launch.sim.tiny_tokenizer import tiny_tokenizer_dir as _built
 
-__all__ = ["ADDED", "QWEN2_PRETOKENIZE_REGEX", "SPECIAL", "TEMPLATE_PATH", "build_tokenizer", "load_tiny",
-           "tiny_tokenizer_dir"]
+__all__ = ["ADDED", "QWEN2_PRETOKENIZE_REGEX", "SPECIAL", "TEMPLATES", "TEMPLATE_PATH", "build_tokenizer",
+           "load_tiny", "tiny_tokenizer_dir"]
 
 
 @functools.cache
-def tiny_tokenizer_dir() -> Path:
-    return _built()
+def tiny_tokenizer_dir(template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE) -> Path:
+    return _built(chat_template=template)
 
 
-def load_tiny() -> Tokenizer:
-    return Tokenizer.from_file(str(tiny_tokenizer_dir() / "tokenizer.json"))
+def load_tiny(template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE) -> Tokenizer:
+    return Tokenizer.from_file(str(tiny_tokenizer_dir(template) / "tokenizer.json"))

@@ -21,6 +21,7 @@ from typing import Any
 from client.core.errors import RenderError
 from client.core.payload import chat_template_kwargs
 from client.local.chat_template import ChatTokenizer, template_messages
+from prompts.tool_arguments import arguments_object
 
 __all__ = ["ChatTokenizer", "RenderError", "Tokens", "record_kwargs", "render_record", "template_messages"]
 
@@ -98,7 +99,16 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
     if truncated and thinking and not turn["content"] and not turn.get("tool_calls"):
         # Cut off while thinking: the output is raw reasoning; no </think> was ever written.
         return Tokens(prompt_ids, tok.encode(turn["reasoning_content"]), exact=False, tools=tools)
-    full = tok.render([*history, *template_messages([turn])], tools, add_generation_prompt=False, kwargs=kwargs)
+    try:
+        full = tok.render([*history, *template_messages([turn])], tools, add_generation_prompt=False, kwargs=kwargs)
+    except RenderError as exc:
+        if truncated and _cut_call(turn):
+            # Qwen3.6's template writes a call's arguments item by item: the half-written object of a reply cut
+            # inside a call has no rendering, and its XML is not the template's to guess.
+            raise RenderError(f"{exc} (the reply was cut by max_tokens inside a tool call, whose arguments are not "
+                              "a JSON object: only the server's ids, from a --token-ids on run, hold that reply)"
+                              ) from exc
+        raise
     if not full.startswith(prompt):
         raise RenderError("the template does not render the prompt as a prefix of the whole conversation")
     completion = full[len(prompt):]
@@ -108,6 +118,17 @@ def render_record(record: dict[str, Any], tok: ChatTokenizer) -> Tokens:
             # The template closes the turn with a newline after the end token; the model stopped at it.
             completion = completion[:end] if truncated else completion[:end + len(tok.eos)]
     return Tokens(prompt_ids, tok.encode(completion), exact=False, tools=tools)
+
+
+def _cut_call(turn: dict[str, Any]) -> bool:
+    """The turn has a tool call whose arguments are not a JSON object (a call cut before its end)."""
+    for call in turn.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        parsed = arguments_object(arguments) if isinstance(arguments, str) else arguments
+        if not isinstance(parsed, dict):
+            return True
+    return False
 
 
 def _served_prompt(record: dict[str, Any], tok: ChatTokenizer, history: list[dict[str, Any]],

@@ -152,7 +152,11 @@ class _Prepared:
         cursor.advance(fits)
         partial = cursor.advance(fits + 1)
         self.finish, self.target = "length", fits
-        for chars in range(len(partial[-1].text) - 1 if partial else 0, 0, -1):
+        # Qwen3.6: a call's header is one position, and the call is only there once `<function=NAME>` is
+        # whole (the qwen3_coder detector's rule); a cut inside it would report a call the text does not
+        # hold, so the reply ends before the header instead.
+        header = bool(partial) and partial[-1].phase == "tool_start" and self.script.style == "qwen3.6"
+        for chars in range(len(partial[-1].text) - 1 if partial and not header else 0, 0, -1):
             trimmed = dataclasses.replace(self.script, trim=(fits, chars))
             ids = count(fits + 1, trimmed)
             if len(ids.ids) <= cap:

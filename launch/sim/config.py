@@ -23,7 +23,7 @@ ToolCallParser = Literal["qwen3_coder", "qwen"]
 # The model the simulator plays (launch.sim.qwen36): Qwen3.6's template and output (XML tool calls, think blocks
 # trimmed as its template writes them), or the Qwen3 style of launch/sim/qwen3_chat_template.jinja (hermes JSON).
 ChatTemplateName = Literal["qwen3.6", "qwen3"]
-DEFAULT_CHAT_TEMPLATE: ChatTemplateName = "qwen3"
+DEFAULT_CHAT_TEMPLATE: ChatTemplateName = "qwen3.6"
 
 
 @dataclass(frozen=True)
