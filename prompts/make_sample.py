@@ -111,8 +111,13 @@ def code_prompts(r: random.Random) -> list[list[Message]]:
     users.extend(tx.DESIGN)
     for lang in r.sample(("Go", "Rust", "TypeScript", "Java"), 4):
         users.append(f"Convert this Python function to idiomatic {lang}:\n\n```python\n{tx.CONVERT_SNIPPET}\n```")
-    # Some code prompts carry their instructions in a developer turn, as newer OpenAI clients send them.
-    return [_dress(r, u, tx.CODE_SYSTEM, 0.35, 0.1, r.choice(("system", "developer"))) for u in users]
+    # Qwen3.6's own template refuses a `developer` turn ("Unexpected message role."), so the set writes every
+    # instruction as `system`; the role is still drawn so that the rest of the set stays as it was.
+    return [_dress(r, u, tx.CODE_SYSTEM, 0.35, 0.1, _system_role(r.choice(("system", "developer")))) for u in users]
+
+
+def _system_role(_drawn: str) -> str:
+    return "system"
 
 
 def _call_id(r: random.Random) -> str:

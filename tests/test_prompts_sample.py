@@ -58,7 +58,8 @@ def test_shapes_present(records: list[dict[str, Any]]) -> None:
     assert {roles(r).count("user") for r in multi_turn} >= {2, 3, 4}
     assert len(ends_assistant) >= 20
     assert any(r["messages"][0]["role"] == "system" for r in records)
-    assert any(r["messages"][0]["role"] == "developer" for r in records)
+    # Qwen3.6's own template refuses a developer turn ("Unexpected message role."): the Quickstart would fail on it.
+    assert not any(m["role"] == "developer" for r in records for m in r["messages"])
     assert any(isinstance(m["content"], list) for r in records for m in r["messages"])
 
 
