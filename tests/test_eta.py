@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from client.core.eta import MIN_LENGTHS, LengthHistogram, eta, expected_rest
+from client.core.inflight import UNNAMED, streamed_by_request
 from client.core.stats import EndpointLive, RunStats
 from client.status.local import read_local
 
@@ -43,6 +44,38 @@ def test_expected_rest(streamed: float, lengths: LengthHistogram, mean: float | 
                        rest: float | None) -> None:
     got = expected_rest(streamed, lengths, mean, cap)
     assert got == (None if rest is None else pytest.approx(rest))
+
+
+@pytest.mark.parametrize(("streamed", "running", "rest"), [
+    # 30 requests still running past every finished length: the lengths do not stop at 1000. Survival after
+    # 100 is 41/51, after 1000 (40 at risk, 10 end) x 0.75; the 30 at 1200 carry the rest, half as long again:
+    # 500 + 0.75 x 200 + 0.75 x 600, where the finished lengths alone said 1000 - 500.
+    (500, [500.0] + [1200.0] * 30, 1100.0),
+    # The all-started-together tail: a request 10 tokens below the longest finished reply, 50 running past it.
+    # Alone the finished lengths say 10 tokens; with them, 10 + 0.5 x (1010 - 1000) + 0.5 x 505 (S(1000) =
+    # a half of S(990): ten end of the twenty at risk).
+    (990, [990.0] + [1010.0] * 10, 10 + 0.5 * 10 + 0.5 * 505),
+    # Requests running below the finished lengths change nothing above them.
+    (500, [500.0] + [150.0] * 30, 500.0),
+], ids=["running-past-all", "just-below-the-longest", "running-short"])
+def test_expected_rest_counts_the_requests_still_running(streamed: float, running: list[float],
+                                                         rest: float) -> None:
+    assert expected_rest(streamed, SEEN, 550.0, None, running) == pytest.approx(rest)
+
+
+@pytest.mark.parametrize(("attempts", "streamed", "written", "written_total", "shares"), [
+    # One server: its unwritten tokens by age.
+    ([(20.0, 0), (0.0, 0)], [400], [0], 0, [100.0, 300.0]),
+    # Written tokens are not in flight.
+    ([(20.0, 0), (0.0, 0)], [900], [500], 500, [100.0, 300.0]),
+    # Two servers at different paces: each shares its own (fleet-wide, each would read 1100 / 3).
+    ([(20.0, 0), (20.0, 1), (20.0, 1)], [100, 1000], [0, 0], 0, [100.0, 500.0, 500.0]),
+    # Unnamed requests share what the named servers do not account for.
+    ([(20.0, 0), (20.0, UNNAMED), (0.0, UNNAMED)], [100, 600], [0, 200], 200, [100.0, 100.0, 300.0]),
+], ids=["one-server", "less-written", "per-server", "unnamed"])
+def test_streamed_by_request(attempts: list[tuple[float, int]], streamed: list[int], written: list[int],
+                             written_total: int, shares: list[float]) -> None:
+    assert streamed_by_request(30.0, attempts, streamed, written, written_total) == pytest.approx(shares)
 
 
 @pytest.mark.parametrize(("unsent", "in_flight", "pace", "rate", "prior", "seconds"), [

@@ -5,10 +5,13 @@ Work left, in output tokens: W = U x m + sum of r_i, where
 - m: the expected length of a fresh reply: the `client.estimate` projection's mean when the run was given
   one (`--estimate`), else the mean of the lengths seen (this run's finished replies, and on a resume the
   records already done);
-- r_i: the expected rest of request i in flight, which has streamed s_i tokens: E[L - s_i | L > s_i] over
-  the lengths seen (the mean residual life: a request that has run long is likely a long one). Where no
-  length seen is longer than s_i (or fewer than MIN_LENGTHS are known), it is max(m - s_i, s_i / 2): a
-  request past everything seen is assumed to run half as long again. Never past max_tokens.
+- r_i: the expected rest of request i in flight, which has streamed s_i tokens: E[L - s_i | L > s_i] (the
+  mean residual life: a request that has run long is likely a long one), over the lengths seen and the
+  requests still running, which are lengths known only to be at least what they have streamed
+  (client.core.residual: read from finished replies alone, it is biased short while the long ones are
+  still running). Past every length seen (or with fewer than MIN_LENGTHS known), it is
+  max(m - s_i, s_i / 2): a request past everything seen is assumed to run half as long again. Never past
+  max_tokens.
 
 Time: ETA = U x m / R + max r_i / p, where p is the pace of one request (output tok/s; the fleet's
 streamed rate over the last 5 s divided by the requests it had in flight meanwhile) and R = n x p the
@@ -36,10 +39,11 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from client.core.pace import RatioAt, drain_seconds
+from client.core.residual import ResidualTable, beyond_everything
 
 MIN_LENGTHS = 20  # below this many lengths seen, the residual rule falls back to the mean
 _GROWTH = 1.08  # geometric bins above 16 tokens: at most 8% wide
@@ -63,10 +67,6 @@ class LengthHistogram:
     sums: list[float] = field(default_factory=lambda: [0.0] * len(EDGES))
     total: int = 0
     tokens: float = 0.0
-    # (counts, sums) of the bins above each bin, rebuilt after a change: a snapshot asks for the rest of
-    # every request in flight (a thousand on a big fleet), each then costs a lookup, not a pass over the bins
-    _suffix: tuple[list[int], list[float]] | None = field(default=None, repr=False, compare=False)
-
     def add(self, length: int, times: int = 1) -> None:
         length = max(0, int(length))
         b = bisect.bisect_right(EDGES, length) - 1
@@ -74,16 +74,6 @@ class LengthHistogram:
         self.sums[b] += length * times
         self.total += times
         self.tokens += length * times
-        self._suffix = None
-
-    def _above_bins(self) -> tuple[list[int], list[float]]:
-        if self._suffix is None:
-            counts, sums = [0] * (len(EDGES) + 1), [0.0] * (len(EDGES) + 1)
-            for b in range(len(EDGES) - 1, -1, -1):
-                counts[b] = counts[b + 1] + self.counts[b]
-                sums[b] = sums[b + 1] + self.sums[b]
-            self._suffix = counts, sums
-        return self._suffix
 
     def extend(self, lengths: Sequence[int]) -> None:
         for length in lengths:
@@ -93,26 +83,9 @@ class LengthHistogram:
     def mean(self) -> float | None:
         return self.tokens / self.total if self.total else None
 
-    def _bin(self, b: int) -> tuple[float, float]:
-        lo = float(EDGES[b])
-        hi = float(EDGES[b + 1]) if b + 1 < len(EDGES) else lo * _GROWTH
-        return lo, hi
-
-    def above(self, s: float) -> tuple[float, float]:
-        """(count, sum) of the lengths above `s`; within s's own bin they are taken as spread evenly."""
-        b = bisect.bisect_right(EDGES, s) - 1
-        counts, sums = self._above_bins()
-        count, total = float(counts[b + 1]), sums[b + 1]
-        if self.counts[b]:
-            lo, hi = self._bin(b)
-            mean = self.sums[b] / self.counts[b]
-            if mean > s:
-                # the share of the bin's lengths above s, spread evenly between s and the bin's top
-                share = min(1.0, (hi - s) / (hi - lo)) if hi > lo else 0.0
-                part = self.counts[b] * share
-                count += part
-                total += part * max(mean, (s + hi) / 2)
-        return count, total
+    def bins(self) -> Iterable[tuple[float, int]]:
+        """(mean length, count) of each bin that holds any."""
+        return ((self.sums[b] / count, count) for b, count in enumerate(self.counts) if count)
 
     def expected_max(self, k: int) -> float | None:
         """E[the longest of k replies drawn from these lengths]; None when none is known."""
@@ -130,20 +103,22 @@ class LengthHistogram:
 
 
 def expected_rest(streamed: float, lengths: LengthHistogram, mean: float | None,
-                  max_tokens: int | None = None) -> float | None:
-    """E[the tokens still to come | `streamed` so far] by the rule of the module docstring."""
-    rest: float | None = None
-    if lengths.total >= MIN_LENGTHS:
-        count, total = lengths.above(streamed)
-        if count >= 1e-9:
-            rest = max(0.0, total / count - streamed)
-    if rest is None:
-        if mean is None:
-            return None
-        rest = max(mean - streamed, streamed / 2)
-    if max_tokens is not None:
-        rest = min(rest, max(0.0, max_tokens - streamed))
-    return rest
+                  max_tokens: int | None = None, in_flight: Sequence[float] = ()) -> float | None:
+    """E[the tokens still to come | `streamed` so far] by the rule of the module docstring; `in_flight`: what
+    every request in flight has streamed (this one among them)."""
+    return _rests([streamed], lengths, mean, max_tokens, in_flight)[0]
+
+
+def _rests(queries: Sequence[float], lengths: LengthHistogram, mean: float | None, max_tokens: int | None,
+           in_flight: Sequence[float]) -> list[float | None]:
+    table = ResidualTable(lengths.bins(), in_flight, mean) if lengths.total >= MIN_LENGTHS else None
+    rests: list[float | None] = []
+    for streamed in queries:
+        rest = table.rest(streamed) if table is not None else beyond_everything(streamed, mean)
+        if rest is not None and max_tokens is not None:
+            rest = min(rest, max(0.0, max_tokens - streamed))
+        rests.append(rest)
+    return rests
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +143,7 @@ def eta(*, unsent: int, in_flight: Sequence[float], lengths: LengthHistogram, pa
     unsent = max(0, unsent)
     if unsent == 0 and not in_flight:
         return EtaParts(0.0, 0.0, mean, 0.0)
-    rests = [expected_rest(s, lengths, mean, max_tokens) for s in in_flight]
+    rests = _rests(in_flight, lengths, mean, max_tokens, in_flight)
     known = [r for r in rests if r is not None]
     if (mean is None and unsent > 0) or len(known) < len(rests):
         return EtaParts(None, None, mean)

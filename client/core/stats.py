@@ -12,8 +12,7 @@ and on a resume the records already done, `seed_lengths`), the requests in fligh
 `end_attempt`, with their start times) and the pace of one request (the streamed rate over the last
 5 s divided by the mean number of requests in flight over them: short, since a thinning batch decodes
 faster). What each request in flight has
-streamed is not counted per request: the tokens streamed and not yet written are shared among them in
-proportion to how long each has run (they decode in the same batches). GPU-hours use `--gpus`, else the
+streamed is estimated from each server's counters (client.core.inflight). GPU-hours use `--gpus`, else the
 GPUs the servers report (`/v1/loads` num_accelerators, client.fleet.device) when every server reports.
 Every clock reading goes through `clock`, so tests drive the figures with their own.
 """
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.core.eta import EtaParts, LengthHistogram, eta
+from client.core.inflight import UNNAMED, streamed_by_request
 from client.core.meter import WindowedRates
 from client.core.pace import PaceModel
 
@@ -197,7 +197,8 @@ class RunStats:
     _wait_ids: itertools.count[int] = field(default_factory=itertools.count)
     _streamed: WindowedRates | None = None
     _server: WindowedRates | None = None
-    _attempts: dict[int, float] = field(default_factory=dict)  # attempt id -> clock() at its start
+    # attempt id -> (clock() at its start, the endpoint's index, or UNNAMED)
+    _attempts: dict[int, tuple[float, int]] = field(default_factory=dict)
     _attempt_ids: itertools.count[int] = field(default_factory=itertools.count)
     _busy_s: float = 0.0  # integral of the requests in flight over time (request-seconds)
     _busy_at: float | None = None
@@ -225,12 +226,12 @@ class RunStats:
         self._busy_at = max(now, self._busy_at or now)
         return self._busy_s
 
-    def begin_attempt(self) -> int:
-        """A request starts streaming; returns the id to pass to `end_attempt`."""
+    def begin_attempt(self, endpoint: int = UNNAMED) -> int:
+        """A request starts streaming on `endpoint` (its index); returns the id to pass to `end_attempt`."""
         now = self.clock()
         self._busy(now)
         attempt = next(self._attempt_ids)
-        self._attempts[attempt] = now
+        self._attempts[attempt] = (now, endpoint)
         return attempt
 
     def end_attempt(self, attempt: int, *, cancelled_id: str | None = None) -> None:
@@ -317,18 +318,15 @@ class RunStats:
         if busy > 0 and tokens > tokens_then:
             self.pace_model.observe(busy / (now - then), (tokens - tokens_then) / busy)
 
-    def _eta(self, now: float, remaining: int | None, streamed: int) -> EtaParts | None:
+    def _eta(self, now: float, remaining: int | None, fleet: Sequence[EndpointLive]) -> EtaParts | None:
         """client.core.eta's rule on this run's figures (see the module docstring)."""
         if remaining is None:
             return None
-        starts = list(self._attempts.values())
-        ages = [max(0.0, now - t) for t in starts]
-        unwritten = max(0, streamed - self.completion_tokens)
-        total_age = sum(ages)
-        shares = [unwritten * age / total_age if total_age > 0 else 0.0 for age in ages]
-        return eta(unsent=max(0, remaining - len(starts)), in_flight=shares, lengths=self.lengths, pace=self._pace,
+        shares = streamed_by_request(now, self._attempts.values(), [e.streamed_tokens for e in fleet],
+                                     [e.completion_tokens for e in self.endpoints], self.completion_tokens)
+        return eta(unsent=max(0, remaining - len(shares)), in_flight=shares, lengths=self.lengths, pace=self._pace,
                    prior_mean=self.expected_tokens_per_prompt, max_tokens=self.max_tokens,
-                   pace_ratio=self.pace_model.ratio(len(starts)))
+                   pace_ratio=self.pace_model.ratio(len(shares)))
 
     def _gpus(self, fleet: Sequence[EndpointLive]) -> tuple[int | None, str | None]:
         if self.gpus:
@@ -348,7 +346,7 @@ class RunStats:
         streamed = sum(e.streamed_tokens for e in fleet)
         tokens_long = _rate_sum(long_rates)
         tokens_short = _rate_sum(short_rates)
-        parts = None if self.stopping else self._eta(now, remaining, streamed)
+        parts = None if self.stopping else self._eta(now, remaining, fleet)
         eta_s = None if parts is None else parts.seconds
         gpus, gpus_source = self._gpus(fleet)
         gpu_hours = _gpu_hours(gpus, elapsed + eta_s) if eta_s is not None else None

@@ -194,7 +194,7 @@ class Generator:
                 body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index,
                                                        max_tokens if window else None))
                 # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
-                streaming = self.stats.begin_attempt()
+                streaming = self.stats.begin_attempt(endpoint.index)
                 cancelled: str | None = prompt.id  # unless the stream ends by itself
                 try:
                     async with self.dispatcher.scope(endpoint):
