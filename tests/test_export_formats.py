@@ -227,14 +227,18 @@ def test_a_tool_trajectory_turn_reads_back_with_its_tool_result(tmp_path: Path) 
 
 def test_a_tool_trajectory_turn_under_qwen36_is_found_by_the_check(tmp_path: Path) -> None:
     """Under Qwen3.6 the history's tool-call turn sits after the last user message, so the server renders it
-    with a think block, and SpecForge supervises it: a prompt token the model did not generate here. The
-    check finds it and the file is not written (docs/export.md: export such data as specforge-tokenized),
-    which keeps its exact ids."""
+    with a think block, and SpecForge without data.train_only_last_turn supervises it: a prompt token the
+    model did not generate here. The check finds it: the row is written for that setting and the report
+    says so (tests/test_export_agentic.py); with `--train-only-last-turn off` the file is not written.
+    specforge-tokenized keeps its exact ids either way."""
     record, _ = _trajectory_turn("qwen3.6")
     write_segment(tmp_path / "run", [record])
-    code, _, stderr = export(tmp_path / "run", tmp_path / "train.jsonl", "--format", "specforge",
-                             template="qwen3.6")
-    assert code == 3 and not (tmp_path / "train.jsonl").exists(), stderr
+    code, report, stderr = export(tmp_path / "run", tmp_path / "train.jsonl", "--format", "specforge",
+                                  template="qwen3.6")
+    assert code == 0 and report["train_only_last_turn"] is True and report["last_turn_only"] == 1, stderr
+    code, _, stderr = export(tmp_path / "run", tmp_path / "off.jsonl", "--format", "specforge",
+                             "--train-only-last-turn", "off", template="qwen3.6")
+    assert code == 3 and not (tmp_path / "off.jsonl").exists(), stderr
     assert "w#2!: the trainer supervises a token of the prompt" in stderr
     code, report, stderr = export(tmp_path / "run", tmp_path / "t.jsonl", "--format", "specforge-tokenized",
                                   template="qwen3.6")

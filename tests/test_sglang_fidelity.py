@@ -61,8 +61,11 @@ class Servers:
 def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     model_dir: Path = request.getfixturevalue("sglang_model_dirs")["scripted"]
     real = os.environ.get(URL_ENV) or request.getfixturevalue("sglang_scripted").url
+    # The tiny model SGLang serves carries the Qwen3-style template (tests/engines/tiny_qwen3.py), so the
+    # simulator plays that model, not its default Qwen3.6 (tests/test_sglang_qwen36.py holds that one).
     spec = SimServerSpec(max_running=8, speed=1000.0, extra_args=(
-        "--tokenizer", str(model_dir), "--context-length", str(CONTEXT), "--tool-call-parser", "qwen",
+        "--tokenizer", str(model_dir), "--chat-template", "qwen3", "--context-length", str(CONTEXT),
+        "--tool-call-parser", "qwen",
         "--tool-call-rate", "1", "--mean-tokens", "12", "--max-gen-tokens", "200"))
     fleet = SimFleet([spec], model_name=MODEL, log_dir=tmp_path_factory.mktemp("sim-logs"))
     fleet.start()

@@ -35,7 +35,6 @@ import pytest
 
 from client.export.render import ChatTokenizer
 from client.export.specforge_parse import trainer_row
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir as template_tokenizer_dir
 from tests.conftest import REPO, read_results
 from tests.engines.trainer_checks import judge, make_runs, server_rows
 from tests.engines.trainers import (
@@ -119,20 +118,30 @@ def test_the_trainer_keeps_the_rows_the_window_keeps(runs: dict[str, Path], tmp_
 @pytest.mark.parametrize(("turns", "rows"), [("last", "turn"), ("all", "turn"), ("all", "conversation")])
 def test_specforge_trains_every_written_row_on_the_server_tokens(runs: dict[str, Path], tmp_path: Path, turns: str,
                                                                  rows: str) -> None:
+    """SpecForge run with the setting the export states trains every written row exactly; the runs hold
+    agentic rows (Qwen3.6's template, the simulator's default), so the setting is stated, and without it
+    SpecForge trains exactly the rows the export counted on prompt turns."""
     out = tmp_path / "conversations.jsonl"
     report = export(runs[turns], out, "specforge", "--rows", rows)
     assert report["written"] and report["template"]["mismatched"] == 0, report["stderr"][-3000:]
+    assert report["train_only_last_turn"] is True and report["last_turn_only"] > 0, "agentic rows are in the runs"
+    assert "data.train_only_last_turn: true" in report["stderr"]
     written = _written(out)
-    trained = specforge_conversations(out, tiny_tokenizer_dir(), 1 << 20)
+    trained = specforge_conversations(out, tiny_tokenizer_dir(), 1 << 20, train_only_last_turn=True)
     assert len(trained) == len(written) == report["rows"] > 0
     tok = ChatTokenizer.load(tiny_tokenizer_dir())
-    assert judge(trained, server_rows(runs[turns]), tok) == []
+    server = server_rows(runs[turns])
+    assert judge(trained, server, tok) == []
     records = read_results(runs[turns])
     not_ended = sum(r["finish_reason"] not in ("stop", "tool_calls") and r["finish_reason"] != "repetition"
                     for r in records)
     assert report["unreproducible"] == not_ended > 0, "replies cut by max_tokens are left out and counted"
     if rows == "conversation":
         assert report["earlier_turns"] > 0
+    wrong = judge(specforge_conversations(out, tiny_tokenizer_dir(), 1 << 20), server, tok)
+    assert len(wrong) == report["last_turn_only"]
+    assert all(problem.endswith("the loss mask differs from the server's split of prompt and reply")
+               for problem in wrong)
 
 
 @pytest.mark.parametrize("turns", ["last", "all"])
@@ -210,29 +219,3 @@ def test_a_cut_reply_past_the_window_is_a_specforge_row(runs: dict[str, Path], t
     cut_server = {rid: (ids[:window], mask[:window]) for rid, (ids, mask) in server_rows(runs["last"]).items()}
     tok = ChatTokenizer.load(tiny_tokenizer_dir())
     assert judge(trained, {rid: row for rid, row in cut_server.items() if rid in written}, tok) == []
-
-
-@pytest.fixture(scope="module")
-def runs36(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return make_runs(tmp_path_factory.mktemp("trainer-runs-qwen36"), "qwen3.6")
-
-
-@pytest.mark.parametrize(("turns", "rows"), [("last", "turn"), ("all", "turn"), ("all", "conversation")])
-def test_specforge_trains_every_agentic_row_under_qwen36_with_the_stated_setting(
-        runs36: dict[str, Path], tmp_path: Path, turns: str, rows: str) -> None:
-    tokenizer = template_tokenizer_dir(chat_template="qwen3.6")
-    out = tmp_path / "conversations.jsonl"
-    report = export(runs36[turns], out, "specforge", "--rows", rows, tokenizer=tokenizer)
-    assert report["written"] and report["template"]["mismatched"] == 0, report["stderr"][-3000:]
-    assert report["train_only_last_turn"] is True and report["last_turn_only"] > 0, "agentic rows are in the runs"
-    assert "data.train_only_last_turn: true" in report["stderr"]
-    tok = ChatTokenizer.load(tokenizer)
-    server = server_rows(runs36[turns])
-    trained = specforge_conversations(out, tokenizer, 1 << 20, train_only_last_turn=True)
-    assert len(trained) == report["rows"] > 0
-    assert judge(trained, server, tok) == []
-    # Without the setting, SpecForge trains exactly the rows the export counted on prompt turns.
-    wrong = judge(specforge_conversations(out, tokenizer, 1 << 20), server, tok)
-    assert len(wrong) == report["last_turn_only"]
-    assert all(problem.endswith("the loss mask differs from the server's split of prompt and reply")
-               for problem in wrong)

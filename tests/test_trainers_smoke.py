@@ -169,10 +169,10 @@ def test_specforge_conversation_turns_unparsable_arguments_into_an_empty_object(
     prompt, supervised = supervised_text(row)
     # qwen3.5's assistant header `<|im_start|>assistant\n<think>\n` opens the span; it runs through the end of
     # turn `<|im_end|>\n`, the newline after <|im_end|> included. _sanitize_message parsed the arguments,
-    # failed, and put {} in their place (with a warning).
+    # failed, and put {} in their place (with a warning): under Qwen3.6's template, a call with no parameters.
     assert prompt == "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\n"
-    assert supervised == ("I should call the tool.\n</think>\n\n<tool_call>\n"
-                          '{"name": "get_weather", "arguments": {}}\n</tool_call><|im_end|>\n')
+    assert supervised == ("I should call the tool.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
+                          "</function>\n</tool_call><|im_end|>\n")
     assert "Failed to parse arguments for tool 'get_weather'" in run.stderr
 
 
