@@ -1,6 +1,6 @@
 """The loop detector's text rule as it was before the precision fix (the baseline of bench.loop_precision).
 
-A verbatim copy of the text path of client/core/repetition.py at the time: a block of at most 1,024
+A verbatim copy of the text path of client/loops/repetition.py at the time: a block of at most 1,024
 characters repeated at least 8 times over at least 2,048, compared exactly or with every digit read as 0
 (when the folded block holds 16 letters). Its false stops on structured text are what the current rule
 fixes; it is kept here, unchanged, so that the benchmark can measure both on the same corpus.

@@ -6,7 +6,7 @@ The stream stop, fed in chunks of `--chunk` characters at `--chars-per-token` ch
 budgets: each loop runs to its own max_tokens (its length; legitimate replies get `--max-tokens`), and a
 training window (`--window` tokens of room: every reply ends there at the latest). Two rules, in one run:
 
-- before: the stop as it was (the text rule, client.core.repetition.TEXT_RULE, armed from the first
+- before: the stop as it was (the text rule, client.loops.repetition.TEXT_RULE, armed from the first
   character: prose 8,192 / counters 16,384 / structured 32,768 characters);
 - after: the stream rule armed at 90% of max_tokens, exact repeats only (bench/loop_stream.py, as
   client.wire.endpoint runs it).
@@ -34,7 +34,7 @@ from pathlib import Path
 from bench.loop_stream import stream
 from bench.report import emit
 from client.audit.loops import judge
-from client.core.repetition import RepetitionDetector, find_repetition
+from client.loops.repetition import RepetitionDetector, find_repetition
 from tests.loop_corpus import Case, legitimate, loops
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from client.core.repetition import STREAM_RULE, RepetitionDetector, stop_floor
+from client.loops.repetition import STREAM_RULE, RepetitionDetector, stop_floor
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""CPU per streamed chunk of the loop detector (client/core/repetition.py), against a no-op in the same run.
+"""CPU per streamed chunk of the loop detector (client/loops/repetition.py), against a no-op in the same run.
 
 A stream's watcher would call `RepetitionDetector.feed` once per chunk, so the figure that matters is what
 it adds per chunk on top of what the client already spends (bench.client_cost: 5.7-15 us per chunk).
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.report import emit
-from client.core.repetition import STREAM_RULE, RepetitionDetector, TokenRepetitionDetector
+from client.loops.repetition import STREAM_RULE, RepetitionDetector, TokenRepetitionDetector
 from launch.sim.text import VOCAB
 
 

@@ -1,5 +1,5 @@
-"""The stream stop's arming (client.core.repetition_rule.stop_floor, RepetitionDetector's `armed`) and the
-near-repeat finder (client.core.near_repeat), as pure logic: table-driven."""
+"""The stream stop's arming (client.loops.repetition_rule.stop_floor, RepetitionDetector's `armed`) and the
+near-repeat finder (client.loops.near_repeat), as pure logic: table-driven."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from client.core.near_repeat import find_near_loop, said_again
-from client.core.repetition import STREAM_RULE, TEXT_RULE, RepetitionDetector, stop_floor
+from client.loops.near_repeat import find_near_loop, said_again
+from client.loops.repetition import STREAM_RULE, TEXT_RULE, RepetitionDetector, stop_floor
 from tests.loop_corpus import reasoning
 
 LOOP = "Wait, let me check the cache key again, it might be stale after the last request.\n"

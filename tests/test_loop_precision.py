@@ -7,7 +7,7 @@ chunks of any size; one whose repeats are not exact is never cut even under a bu
 an exact loop only past its floor, and a loop with counters or drift never. The audit counts every loop that
 ran to its cap, found by the text rule (exact, counters, structured) or the near-repeat finder (drift,
 shuffled paragraphs, counters in bold, lists, LaTeX, letters), and never counts a reply that ended by itself.
-The text rule alone (client.core.repetition.TEXT_RULE, fed whole or in chunks) still stops none of the
+The text rule alone (client.loops.repetition.TEXT_RULE, fed whole or in chunks) still stops none of the
 first issue's legitimate replies: its cases appear by name, at the sizes it gave, and the old rule
 (bench/loop_baseline.py) is held to have stopped or missed them."""
 
@@ -21,7 +21,7 @@ import pytest
 import bench.loop_baseline as old
 from bench.loop_stream import stream
 from client.audit.loops import judge
-from client.core.repetition import STREAM_RULE, TEXT_RULE, RepetitionDetector, find_repetition, stop_floor
+from client.loops.repetition import STREAM_RULE, TEXT_RULE, RepetitionDetector, find_repetition, stop_floor
 from tests.loop_corpus import LEGITIMATE, LOOPS, Case, by_name
 
 _RNG = random.Random(7)

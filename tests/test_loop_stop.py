@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from client.core.repetition import RepetitionDetector, stop_floor
+from client.loops.repetition import RepetitionDetector, stop_floor
 from client.results.reader import iter_records
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
 from client.wire.http1 import Headers

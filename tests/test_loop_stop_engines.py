@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 import client.wire.endpoint as endpoint_module
-from client.core.repetition import Repetition
 from client.fleet.dispatcher import Dispatcher
+from client.loops.repetition import Repetition
 from client.wire.endpoint import Endpoint
 from tests.engines.sglang_server import SGLangServer
 from tests.engines.vllm_server import VLLMServer

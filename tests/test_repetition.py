@@ -1,4 +1,4 @@
-"""The loop detector (client/core/repetition.py): it fires on a tail that repeats one block, with or
+"""The loop detector (client/loops/repetition.py): it fires on a tail that repeats one block, with or
 without a moving counter, fed in any chunking, and stays quiet on long varied replies, code and tables with
 repeated structure, and short lines said again and again. tests/test_loop_precision.py holds it to a
 labelled corpus of legitimate repetitive replies and of loops."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from client.core.repetition import (
+from client.loops.repetition import (
     TEXT_RULE,
     TOKEN_RULE,
     RepetitionDetector,

@@ -1,9 +1,9 @@
 """The audit's loop section: how many replies loop, and what share of the completion tokens they cost.
 
-A tail repeats when the end of the reasoning + content is one block repeated (client.core.repetition's text
+A tail repeats when the end of the reasoning + content is one block repeated (client.loops.repetition's text
 rule: a block of at most 4,096 characters, 8 times or more, over at least 8,192 characters of prose repeated
 exactly, 16,384 of prose whose counters move, or 32,768 of anything else repeated exactly), or, in a reply
-that ran to its cap, when almost all of its tail was said a moment before (client.core.near_repeat: drift,
+that ran to its cap, when almost all of its tail was said a moment before (client.loops.near_repeat: drift,
 shuffled paragraphs, counters in bold, lists, LaTeX or letters).
 
 The text alone cannot tell a loop from an answer asked to repeat (a 500-item checklist, counting to a
@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from client.core.near_repeat import SHARE_OF_WINDOW, NearLoop, find_near_loop
-from client.core.repetition import TEXT_RULE, Repetition, find_repetition
+from client.loops.near_repeat import SHARE_OF_WINDOW, NearLoop, find_near_loop
+from client.loops.repetition import TEXT_RULE, Repetition, find_repetition
 
 REPETITION = "repetition"  # the finish_reason of a reply a loop stop ended
 ENDED_BY_ITSELF = ("stop", "tool_calls")  # a repeating tail there is a suspicion, not a loop

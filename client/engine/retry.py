@@ -99,7 +99,7 @@ class Generator:
         # --max-requests-per-second: a hosted endpoint's agreed request rate, retries included.
         self.rate = rate
         self.retry = retry
-        self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.core.repetition)
+        self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.loops.repetition)
         self.train_window = train_window  # --train-window: max_tokens = the window minus the prompt's count
         self.local_count = local_count  # --tokenizer: counts prompts for servers that cannot count them
         self._backoff = wait_exponential_jitter(multiplier=retry.initial_backoff_s, max=retry.max_backoff_s,

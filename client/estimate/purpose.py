@@ -6,7 +6,7 @@ Per record (pure arithmetic):
   has min(L, max(0, P + L - N)) tokens past the window; with `--train-window N` the run asks for at most
   N - P of them, so those are never generated. A prompt of N tokens or more would not be sent at all: all
   its L tokens are saved, and such prompts are counted apart.
-- Loop stop. A reply loops when its reasoning + content ends in one block repeated (client.core.repetition's
+- Loop stop. A reply loops when its reasoning + content ends in one block repeated (client.loops.repetition's
   text rule, as the audit reads it), or when a loop stop already ended it (finish_reason "repetition"). The
   loop starts `span` characters before the end. A stream's detector checks every `check_every` characters and
   fires at the first check once the tail holds the repeats the rule needs, max(min_repeats x block, the floor

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.core.repetition import TEXT_RULE, Kind, RepetitionRule, find_repetition
-from client.core.repetition_rule import STOP_SHARE
+from client.loops.repetition import TEXT_RULE, Kind, RepetitionRule, find_repetition
+from client.loops.repetition_rule import STOP_SHARE
 
 REPETITION = "repetition"  # the finish_reason of a reply a loop stop ended
 DFLASH_WINDOW = 4096  # SpecForge's max_length in the DFlash recipe

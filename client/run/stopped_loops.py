@@ -1,6 +1,6 @@
 """The run's side of `--redo-repetition`: results an older, eager loop stop ended (finish_reason
 `repetition`) are taken out of the local segments, so that this run generates their prompts again under
-the current stop (client.core.repetition_rule: armed only past 90% of max_tokens). Such a result is never
+the current stop (client.loops.repetition_rule: armed only past 90% of max_tokens). Such a result is never
 exported, and under --turns all its conversation ended there. Called once, after run.json is recorded and
 before the source is built, as --redo-edited is (client.run.edited_prompts)."""
 

@@ -35,7 +35,7 @@ from client.core.errors import (
 )
 from client.core.options import DEFAULT_IDLE_TIMEOUT_S
 from client.core.records import Completion
-from client.core.repetition import STREAM_RULE, RepetitionDetector, stop_floor
+from client.loops.repetition import STREAM_RULE, RepetitionDetector, stop_floor
 from client.wire.bounds import Bounds, mib
 from client.wire.connect import NetworkOptions, route_for
 from client.wire.dialect import PLAIN, ReplyDialect
@@ -229,7 +229,7 @@ class Endpoint:
                            stop_loops: bool) -> tuple[Completion, float | None]:
         bounds = self.bounds
         # The loop stop watches only a request with a budget, and looks only once the reply has used most of
-        # it (client.core.repetition_rule.stop_floor): a reply that could have been asked for is never cut.
+        # it (client.loops.repetition_rule.stop_floor): a reply that could have been asked for is never cut.
         watch = RepetitionDetector(STREAM_RULE, armed=False) if stop_loops and max_tokens is not None else None
         arm_at = stop_floor(max_tokens) if watch is not None and max_tokens is not None else sys.maxsize
         parser = StreamParser(watch, dialect=self.dialect, event_bytes=bounds.event_bytes,

@@ -42,7 +42,7 @@ import orjson
 from client.core import redact
 from client.core.errors import OversizedResponse, StreamDropped, StreamErrorEvent
 from client.core.records import Completion, ToolCall, Usage
-from client.core.repetition import Repetition, RepetitionDetector
+from client.loops.repetition import Repetition, RepetitionDetector
 from client.wire.bounds import EVENT_BYTES, STREAM_BYTES, mib
 from client.wire.dialect import PLAIN, ReplyDialect
 from client.wire.errors_map import EVENT, Step, translate_attempt
@@ -100,7 +100,7 @@ class StreamParser:
         self._event_bytes = event_bytes
         self._stream_bytes = stream_bytes
         self.received = 0  # bytes fed, after any gzip
-        # The loop stop (client.core.repetition): fed the reply's text as it streams; `loop` is set once the
+        # The loop stop (client.loops.repetition): fed the reply's text as it streams; `loop` is set once the
         # tail repeats, and the endpoint then ends the stream.
         self.watch = watch
         self.loop: Repetition | None = None

@@ -1,15 +1,15 @@
 """The period search under the loop detectors: does a tail repeat one block, and over how much of it?
 Exact repeats are compared as slices (C-level `rfind` and comparison, bounded per check); a prose block
-whose repeats differ only in counters is compared on its normalised text (client.core.text_kind). The
-detectors and the whole-reply finders are client.core.repetition; the rule is client.core.repetition_rule.
+whose repeats differ only in counters is compared on its normalised text (client.loops.text_kind). The
+detectors and the whole-reply finders are client.loops.repetition; the rule is client.loops.repetition_rule.
 """
 
 from __future__ import annotations
 
 from typing import AnyStr
 
-from client.core.repetition_rule import Kind, Repetition, RepetitionRule
-from client.core.text_kind import is_prose, normalise
+from client.loops.repetition_rule import Kind, Repetition, RepetitionRule
+from client.loops.text_kind import is_prose, normalise
 
 KEY = 16  # units of the tail searched for one period back
 _SUFFIX = 64  # units of a candidate's block compared before the block itself

@@ -1,13 +1,13 @@
 """Loops that never repeat a block exactly: the audit's second finder (client.audit.loops), for a reply that
 ran to its cap. Pure, and whole-reply only (a few milliseconds a reply: never on the stream's hot path).
 
-The exact and counter rules (client.core.period_search) want the tail to be one block over and over, exactly
+The exact and counter rules (client.loops.period_search) want the tail to be one block over and over, exactly
 or with only its counters changed. A model that loops at its sampling temperature does not oblige: it
 changes a word in one repeat of five, or in every one (sampling drift), cycles through three paragraphs in
 random order, or numbers its repeats in markdown bold, a nested list, LaTeX or two letters ("Case (ab)").
 What such a tail still has is that almost everything in it was said a moment before. So: the last `WINDOW`
 characters are read as tokens (words and marks, every counter and every word of two letters as "#":
-client.core.text_kind), each run of `SHINGLE` tokens is a shingle, and a shingle counts as said again when the
+client.loops.text_kind), each run of `SHINGLE` tokens is a shingle, and a shingle counts as said again when the
 same one occurred at most `REACH` tokens earlier. The tail is a near loop when, over its last
 `SHARE_OF_WINDOW` of the window, at least `MIN_SAID_AGAIN` of the shingles were said again. One changed word
 kills `SHINGLE` shingles of a repeat (about 80 words for a paragraph): drift in every repeat still leaves ~90%
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from client.core.text_kind import normalise
+from client.loops.text_kind import normalise
 
 WINDOW = 32_768  # characters of the tail read
 SHINGLE = 6  # tokens per shingle

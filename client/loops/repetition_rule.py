@@ -1,7 +1,7 @@
 """The loop rule's data: when a tail counts as a loop (`RepetitionRule`, the audit's `TEXT_RULE`, the stream
 stop's `STREAM_RULE` and `stop_floor`, the ids' `TOKEN_RULE`) and what a found loop is (`Repetition`). Pure;
-the search is client.core.period_search, the text kinds client.core.text_kind, the detectors
-client.core.repetition.
+the search is client.loops.period_search, the text kinds client.loops.text_kind, the detectors
+client.loops.repetition.
 """
 
 from __future__ import annotations

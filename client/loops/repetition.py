@@ -60,8 +60,8 @@ joined only when a search finds a candidate. Token ids are packed as 4-byte word
 (they are not classified: the token rule is `min_span` for every block), so both kinds run on C-level
 `rfind` and comparison. bench.repetition has the cost per chunk, bench.loop_precision the precision.
 
-Where it lives: the rule's data is client.core.repetition_rule, what a block is (prose or structured, its
-counters normalised) client.core.text_kind, the period search client.core.period_search; this module
+Where it lives: the rule's data is client.loops.repetition_rule, what a block is (prose or structured, its
+counters normalised) client.loops.text_kind, the period search client.loops.period_search; this module
 holds the detectors a stream feeds and the finders of a whole reply.
 """
 
@@ -72,7 +72,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import AnyStr, Generic
 
-from client.core.period_search import (
+from client.loops.period_search import (
     FAR_EVERY,
     ID_BYTES,
     KEY,
@@ -86,7 +86,7 @@ from client.core.period_search import (
     span_of,
     text_period,
 )
-from client.core.repetition_rule import (
+from client.loops.repetition_rule import (
     STREAM_RULE,
     TEXT_RULE,
     TOKEN_RULE,
@@ -169,7 +169,7 @@ class _Tail(Generic[AnyStr]):
 class RepetitionDetector:
     """Fed a reply's text chunk by chunk; `feed` returns the Repetition once the tail repeats (and from then
     on), else None. Units are characters. Not `armed`, it keeps its window but never checks it: the stream's
-    loop stop arms it only once the reply has used most of its budget (client.core.repetition_rule.stop_floor),
+    loop stop arms it only once the reply has used most of its budget (client.loops.repetition_rule.stop_floor),
     so that a repetition earlier in the reply is never looked for, let alone latched."""
 
     __slots__ = ("_breaks", "_every", "_fresh", "_parts", "_tail", "armed", "found", "rule")
