@@ -1,5 +1,5 @@
 """How right the loop stop and the audit are: legitimate replies cut, loops missed, and the loop tokens saved,
-before and after, on the labelled corpus of tests/loop_corpus.py (legitimate replies that repeat by nature
+before and after, on the labelled corpus of bench/loop_corpus (legitimate replies that repeat by nature
 or were asked to, at their real sizes of 4-36K characters; loops run to max_tokens, 16-65K characters).
 
 The stream stop, fed in chunks of `--chunk` characters at `--chars-per-token` characters a token, under two
@@ -31,11 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.loop_corpus import Case, legitimate, loops
 from bench.loop_stream import stream
 from bench.report import emit
 from client.audit.loops import judge
 from client.loops.repetition import RepetitionDetector, find_repetition
-from tests.loop_corpus import Case, legitimate, loops
 
 
 def before_stream(text: str, max_tokens: int, per: float, chunk: int) -> int | None:

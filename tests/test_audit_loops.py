@@ -96,7 +96,7 @@ def test_a_simulated_run_with_a_loop_share(tmp_path: Path, fleet_factory: Any) -
 
 
 def test_a_complete_reply_is_only_suspected_and_a_near_loop_is_counted(tmp_path: Path) -> None:
-    from tests.loop_corpus import by_name
+    from bench.loop_corpus import by_name
 
     checklist = by_name("runbook_450").text  # asked for: its tail repeats, with counters
     drift = by_name("drift_every_repeat").text  # a loop no exact rule finds, run to its cap

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from bench.loop_corpus import reasoning
 from client.loops.near_repeat import find_near_loop, said_again
 from client.loops.repetition import STREAM_RULE, TEXT_RULE, RepetitionDetector, stop_floor
-from tests.loop_corpus import reasoning
 
 LOOP = "Wait, let me check the cache key again, it might be stale after the last request.\n"
 

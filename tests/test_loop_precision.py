@@ -1,4 +1,4 @@
-"""The loop stop's precision on a labelled corpus (tests/loop_corpus.py).
+"""The loop stop's precision on a labelled corpus (bench/loop_corpus).
 
 The stream's stop (armed at 90% of max_tokens, exact repeats only; bench/loop_stream.py runs it as the
 endpoint does) cuts none of the legitimate replies (SQL, CSV, JSON, tables, code, base64, zeros, boxes,
@@ -19,10 +19,10 @@ import random
 import pytest
 
 import bench.loop_baseline as old
+from bench.loop_corpus import LEGITIMATE, LOOPS, Case, by_name
 from bench.loop_stream import stream
 from client.audit.loops import judge
 from client.loops.repetition import STREAM_RULE, TEXT_RULE, RepetitionDetector, find_repetition, stop_floor
-from tests.loop_corpus import LEGITIMATE, LOOPS, Case, by_name
 
 _RNG = random.Random(7)
 # Chunk sizes a stream delivers: one token, MTP, a few tokens, a burst, and a mix.

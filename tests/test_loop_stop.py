@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from bench.loop_corpus import by_name
 from client.loops.repetition import RepetitionDetector, stop_floor
 from client.results.reader import iter_records
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
@@ -27,7 +28,6 @@ from launch.sim.config import SimConfig
 from launch.sim.script import build_script
 from launch.sim.server import SimServer
 from tests.conftest import make_prompts, run_client
-from tests.loop_corpus import by_name
 from tests.scripted_transport import ScriptedTransport, sse_reply
 
 REPO = Path(__file__).resolve().parent.parent

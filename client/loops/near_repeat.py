@@ -11,7 +11,7 @@ client.loops.text_kind), each run of `SHINGLE` tokens is a shingle, and a shingl
 same one occurred at most `REACH` tokens earlier. The tail is a near loop when, over its last
 `SHARE_OF_WINDOW` of the window, at least `MIN_SAID_AGAIN` of the shingles were said again. One changed word
 kills `SHINGLE` shingles of a repeat (about 80 words for a paragraph): drift in every repeat still leaves ~90%
-said again; varied reasoning, even built from a few stock phrases, stays under half (tests/loop_corpus.py has
+said again; varied reasoning, even built from a few stock phrases, stays under half (bench/loop_corpus has
 the figures).
 
 The text cannot tell a near loop from a reply that was asked to repeat (a 500-item checklist, counting to a

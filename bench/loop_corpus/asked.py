@@ -1,4 +1,4 @@
-"""More of the loop corpus (tests/loop_corpus.py merges these cases into its own): the ordinary long answers
+"""More of the loop corpus (bench.loop_corpus merges these cases into its own): the ordinary long answers
 an eager loop stop cut, at the sizes they had, and the loops the exact and counter rules never found, run
 to 65,536 characters (max_tokens). Deterministic: every case is built from its own seeded generator.
 
@@ -18,15 +18,8 @@ from __future__ import annotations
 import base64
 import random
 from collections.abc import Callable
-from types import ModuleType
 
-
-def _base() -> ModuleType:
-    """tests.loop_corpus, whose helpers build these cases; imported when a case is built, since that module
-    merges this one's cases at its own import."""
-    import tests.loop_corpus as base
-
-    return base
+from bench.loop_corpus.writing import PARAGRAPH, looping, number_words, reasoning
 
 LOOP_CHARS = 65_536  # a loop runs to max_tokens: 16,384 tokens at ~4 characters a token
 
@@ -36,7 +29,7 @@ _TASKS = ("back up", "restart", "drain", "patch", "verify", "rotate the keys of"
 
 def _reply(seed: int, think: int, intro: str, body: str) -> str:
     """Some thinking, the intro, the answer, and a one-line close: a complete reply ends soon after its list."""
-    return _base().reasoning(random.Random(seed), think) + intro + "\n\n" + body + "\n\nLet me know if you need more.\n"
+    return reasoning(random.Random(seed), think) + intro + "\n\n" + body + "\n\nLet me know if you need more.\n"
 
 
 def _sized(text: str, size: int) -> str:
@@ -63,7 +56,7 @@ def runbook_450() -> str:
 def count_to_1000_words() -> str:
     """Counting from one to a thousand in words, comma-separated (about 18,000 characters with the opening)."""
     def words(n: int) -> str:
-        return "one thousand" if n == 1000 else _base()._number_words(n).replace(" and ", " ")
+        return "one thousand" if n == 1000 else number_words(n).replace(" and ", " ")
 
     return _reply(303, 300, "Counting:", ", ".join(words(n) for n in range(1, 1001)) + ".")
 
@@ -110,7 +103,7 @@ def legal_articles_chinese() -> str:
 
 def times_table_words() -> str:
     """A times table in words, 1 to 20 by 1 to 20 (about 17,500 characters)."""
-    say = _base()._number_words
+    say = number_words
     lines = "".join(f"{say(a)} times {say(b)} is {say(a * b)}.\n"
                     for a in range(1, 21) for b in range(1, 21))
     return _reply(308, 300, "The table:", _sized(lines, 17_000))
@@ -181,16 +174,16 @@ _DRIFT_WORDS = ("again", "now", "first", "still", "really", "carefully", "quickl
 def _drifting(seed: int, every: int) -> tuple[str, int]:
     """The paragraph over and over, one of its words replaced in every `every`-th repeat (sampling drift)."""
     rng = random.Random(seed)
-    words = _base()._PARAGRAPH.split(" ")
+    words = PARAGRAPH.split(" ")
 
     def block(n: int) -> str:
         if n % every:
-            return _base()._PARAGRAPH
+            return PARAGRAPH
         changed = list(words)
         changed[rng.randrange(1, len(words) - 1)] = rng.choice(_DRIFT_WORDS)
         return " ".join(changed)
 
-    return _base()._looping(seed, 3000, block, LOOP_CHARS)
+    return looping(seed, 3000, block, LOOP_CHARS)
 
 
 def drift_every_repeat() -> tuple[str, int]:
@@ -211,27 +204,27 @@ def drift_one_in_five() -> tuple[str, int]:
 def three_paragraphs_shuffled() -> tuple[str, int]:
     """Three paragraphs cycling in random order."""
     rng = random.Random(404)
-    paragraphs = [_base().reasoning(random.Random(405 + k), 500) for k in range(3)]
-    return _base()._looping(404, 3000, lambda n: rng.choice(paragraphs), LOOP_CHARS)
+    paragraphs = [reasoning(random.Random(405 + k), 500) for k in range(3)]
+    return looping(404, 3000, lambda n: rng.choice(paragraphs), LOOP_CHARS)
 
 
 def bold_step_counter() -> tuple[str, int]:
     """A counter loop in markdown bold: `**Step N:**`."""
     block = "re-check the cache key and see whether the entry is stale before the next request.\n\n"
-    return _base()._looping(406, 2500, lambda n: f"**Step {n + 1}:** {block}", LOOP_CHARS)
+    return looping(406, 2500, lambda n: f"**Step {n + 1}:** {block}", LOOP_CHARS)
 
 
 def nested_list_counter() -> tuple[str, int]:
     """A counter loop in a nested list."""
-    return _base()._looping(407, 2500, lambda n: (f"- Attempt {n + 1}\n  - read the config again\n  - compare it with "
-                                          "the server's settings\n  - the timeout is still wrong\n"), LOOP_CHARS)
+    return looping(407, 2500, lambda n: (f"- Attempt {n + 1}\n  - read the config again\n  - compare it with "
+                                         "the server's settings\n  - the timeout is still wrong\n"), LOOP_CHARS)
 
 
 def latex_counter() -> tuple[str, int]:
     """A counter loop in LaTeX."""
-    return _base()._looping(408, 2500, lambda n: (f"\\item Case $n = {n + 3}$: substitute into \\eqref{{eq:main}} and "
-                                          f"check that $a_{{{n + 3}}} \\le \\frac{{1}}{{2}} a_{{{n + 2}}}$.\n"),
-                    LOOP_CHARS)
+    return looping(408, 2500, lambda n: (f"\\item Case $n = {n + 3}$: substitute into \\eqref{{eq:main}} and "
+                                         f"check that $a_{{{n + 3}}} \\le \\frac{{1}}{{2}} a_{{{n + 2}}}$.\n"),
+                   LOOP_CHARS)
 
 
 def two_letter_counter() -> tuple[str, int]:
@@ -240,7 +233,7 @@ def two_letter_counter() -> tuple[str, int]:
         return chr(97 + n // 26 % 26) + chr(97 + n % 26)
 
     block = " the parser rejects the input again, so let me try the next case and see what it does.\n"
-    return _base()._looping(409, 2500, lambda n: f"Case ({label(n)}):{block}", LOOP_CHARS)
+    return looping(409, 2500, lambda n: f"Case ({label(n)}):{block}", LOOP_CHARS)
 
 
 MISSED: dict[str, Callable[[], tuple[str, int]]] = {
