@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.prompt_file import write_prompts
 from bench.report import emit
 from client.core.payload import FieldPolicy, RequestShape, SamplingSettings
 from client.core.stats import RunStats
@@ -33,9 +34,9 @@ from client.fleet.startup import check_reachable
 from client.local.ledger import read_done_ids
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
+from client.results.reader import ReadReport, iter_records
 from client.wire.endpoint import Endpoint
 from launch.sim.fleet import SimFleet, SimServerSpec
-from tests.conftest import make_prompts, read_results
 
 MODEL = "Qwen/Qwen3.6-27B"
 STEP_MS, BATCH_COST = 20.0, 1.0  # the simulator's defaults
@@ -84,7 +85,10 @@ async def run_policy(policy: str, urls: list[str], prompts: Path, out: Path, max
     finally:
         for e in endpoints:
             await e.aclose()
-    records = read_results(out)
+    report = ReadReport()
+    records = [record for _, record in iter_records(str(out), report)]
+    if report.corrupt or report.torn_tails:
+        raise SystemExit(f"{out}: {report.corrupt + report.torn_tails} result lines are not records: {report.examples}")
     tokens = [r["usage"]["completion_tokens"] for r in records]
     return Outcome(policy, makespan, sum(tokens), max(tokens), [e.done for e in stats.endpoints])
 
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, SimFleet(
             [SimServerSpec(max_running=s, speed=args.speed, extra_args=extra) for s in slots]) as fleet:
         fleet.start()
-        prompts = make_prompts(Path(tmp) / "prompts.jsonl", args.prompts, with_tools_every=0)
+        prompts = write_prompts(Path(tmp) / "prompts.jsonl", args.prompts)
         for policy in ("round-robin", "queue-depth (ours)"):
             outcome = asyncio.run(run_policy(policy, fleet.urls, prompts, Path(tmp) / policy, args.max_tokens))
             outcomes.append(outcome)

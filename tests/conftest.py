@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import orjson
 import pytest
 
+from bench.prompt_file import write_prompts
 from launch.sim.fleet import SimFleet, SimServerSpec
 from tests.s3_server import FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
 from tests.servers.harness import ServerGroup
@@ -191,18 +192,8 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 # -- prompts, results, the CLI -------------------------------------------------------------------------
 
 def make_prompts(path: Path, count: int, *, with_tools_every: int = 4, prefix: str = "p") -> Path:
-    """`count` valid PromptRecords; every `with_tools_every`-th carries a tool schema."""
-    tool = WEATHER_TOOL
-    lines = []
-    for i in range(count):
-        record: dict[str, Any] = {"id": f"{prefix}{i:06d}",
-                                  "messages": [{"role": "user", "content": f"Question number {i}: explain {i % 17}."}],
-                                  "meta": {"source": "test", "n": i}}
-        if with_tools_every and i % with_tools_every == 0:
-            record["tools"] = [tool]
-        lines.append(orjson.dumps(record))
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
+    """`count` valid PromptRecords; every `with_tools_every`-th carries a tool schema (bench.prompt_file)."""
+    return write_prompts(path, count, tool=WEATHER_TOOL, tools_every=with_tools_every, prefix=prefix)
 
 
 def read_results(out: Path) -> list[dict[str, Any]]:

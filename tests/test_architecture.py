@@ -25,6 +25,8 @@ def test_layers_import_only_downward() -> None:
     result = lint_imports(REPO / "pyproject.toml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "client layers import only downward KEPT" in result.stdout
+    # bench/ has its workload and its loop corpus of its own (bench.prompt_file, bench.loop_corpus).
+    assert "the benchmarks do not import the tests KEPT" in result.stdout
 
 
 def test_a_reversed_layer_contract_is_reported_broken(tmp_path: Path) -> None:
