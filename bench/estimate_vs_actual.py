@@ -4,13 +4,17 @@ how true is the run's ETA over the last 20% of a run, before and after client.co
     python bench/estimate_vs_actual.py [--part estimate|eta|both] [--prompts 20000] [--sample 2%] [--servers 2]
         [--max-running 16] [--speed 10] [--tokens-per-chunk 8] [--mean-tokens 100] [--max-tokens 300]
         [--shape mixed|chat|reasoning|tools] [--tokenizer none|tiny]
-        [--eta-prompts 1500] [--eta-mean-tokens 150] [--eta-max-tokens 2000] [--seed 0] [--json]
+        [--eta-prompts 1500] [--eta-mean-tokens 150] [--eta-max-tokens 2000] [--seed 0]
+        [--sampling-plan FILE] [--json]
 
 --shape picks the prompt set and the servers' reply shape: `mixed` (the four sources below, the default),
 `chat` (short chat replies, no tools), `reasoning` (long thinking with a heavy Pareto tail:
 --think-tail-rate 0.3, max_tokens 10x --max-tokens) or `tools` (every prompt offers a tool, most replies
-call it). --tokenizer tiny serves replies in the tiny tokenizer's ids (the simulator's default), where a
-server that paced word pieces but counted ids would throw the estimate off.
+call it). --sampling-plan runs both steps under that plan (the estimate with `--run-seed`, the run with
+`--seed`, both --seed's value, so they draw alike) and adds, per setting, the tokens projected against the
+tokens the run's records of that setting hold. --tokenizer tiny serves replies in the tiny tokenizer's ids
+(the simulator's default), where a server that paced word pieces but counted ids would throw the estimate
+off.
 
 Estimate: both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then
 `client.run`) on one fleet of `launch.sim` servers. The servers answer GET /sim/clock, so the estimate is
@@ -140,7 +144,7 @@ def own_cpu_s() -> float:
 
 
 def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_tokens: int, seed: int,
-            sources: tuple[str, ...] = SOURCES) -> dict[str, Any]:
+            sources: tuple[str, ...] = SOURCES, plan: Path | None = None) -> dict[str, Any]:
     """Estimate from a sample, then run the whole set, both on the fleet at `urls`; the figures side by side.
 
     `cpu_used_elsewhere` is the share of the machine's CPU that other processes used meanwhile: the
@@ -149,11 +153,13 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     data = write_prompts(work / "prompts.jsonl", prompts, sources)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     endpoints = ",".join(urls)
+    seeded = ["--sampling-plan", str(plan)] if plan is not None else []
     started = time.monotonic()
     estimate = subprocess.run(
         [sys.executable, "-m", "client.estimate", "--endpoints", endpoints, "--prompts", str(data),
          "--sample", sample, "--max-tokens", str(max_tokens), "--out", str(work / "calibration"),
-         "--gpus", str(len(urls)), "--seed", str(seed), "--json"],
+         "--gpus", str(len(urls)), "--seed", str(seed), "--json",
+         *([*seeded, "--run-seed", str(seed)] if seeded else [])],
         cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=600)
     estimate_s = time.monotonic() - started
     if estimate.returncode != 0:
@@ -163,7 +169,8 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     started = time.monotonic()
     full = subprocess.run(
         [sys.executable, "-m", "client.run", "--endpoints", endpoints, "--prompts", str(data),
-         "--out", str(work / "full"), "--max-tokens", str(max_tokens), "--plain", "--progress-every", "30"],
+         "--out", str(work / "full"), "--max-tokens", str(max_tokens), "--plain", "--progress-every", "30",
+         *([*seeded, "--seed", str(seed)] if seeded else [])],
         cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=900)
     full_s = time.monotonic() - started
     if full.returncode != 0:
@@ -173,6 +180,11 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     elsewhere = (machine_busy_s() - busy - (own_cpu_s() - ours)) / capacity
     span, records, tokens = run_span(work / "full")
     whole = result["projection"]["targets"][0]
+    settings = {t["label"].removeprefix("setting "): {"projected_tokens": t["output_tokens"], "prompts": t["prompts"],
+                                                      "gpu_hours": t["gpu_hours"]}
+                for t in result["projection"]["targets"] if t["label"].startswith("setting ")}
+    for name, (count, made) in tokens_by_setting(work / "full").items():
+        settings.setdefault(name, {}).update({"actual_records": count, "actual_tokens": made})
     # The estimate says which clock it timed the sample on: the modelled one on these servers (the wall
     # clock before it could read theirs); the run is read on the same one.
     clock = result["input"].get("clock", "wall")
@@ -191,7 +203,19 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
                                       / (actual / tokens) - 1, 4),
         "throughput": result["projection"]["throughput"]["tokens_per_s"], "actual_throughput": tokens / actual,
         "cpu_used_elsewhere": round(max(0.0, elsewhere), 3),
+        **({"settings": settings} if plan is not None else {}),
     }
+
+
+def tokens_by_setting(out: Path) -> dict[str, tuple[int, int]]:
+    """Per sampling-plan setting the run's records name: (records, completion tokens)."""
+    found: dict[str, tuple[int, int]] = {}
+    for _, record in iter_records(str(out)):
+        name = ((record.get("sampling") or {}).get("plan") or {}).get("setting")
+        if isinstance(name, str):
+            count, tokens = found.get(name, (0, 0))
+            found[name] = (count + 1, tokens + record["usage"]["completion_tokens"])
+    return found
 
 
 def main() -> int:
@@ -211,6 +235,7 @@ def main() -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="mixed")
     parser.add_argument("--tokenizer", choices=["none", "tiny"], default="none")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sampling-plan", type=Path)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     report: dict[str, Any] = {}
@@ -241,7 +266,8 @@ def estimate_part(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="estimate-bench-") as tmp, \
             SimFleet([spec] * args.servers, seed=args.seed, log_dir=Path(tmp) / "sim-logs") as fleet:
         row = compare(Path(tmp), fleet.urls, prompts=args.prompts, sample=args.sample,
-                      max_tokens=args.max_tokens * factor, seed=args.seed, sources=sources)
+                      max_tokens=args.max_tokens * factor, seed=args.seed, sources=sources,
+                      plan=args.sampling_plan)
     return {"shape": args.shape, "tokenizer": args.tokenizer, "speed": args.speed, **row}
 
 
@@ -256,6 +282,15 @@ def print_estimate(row: dict[str, Any], seed: int) -> None:
           f"| {row['actual_s']:.1f}s | {row['error']:+.1%} | {row['time_per_token_error']:+.1%} "
           f"| {row['actual_wall_s'] * row['speed']:.1f}s "
           f"| {row['cpu_used_elsewhere']:.0%} |")
+    if "settings" in row:
+        print("\n| setting | prompts | projected tokens (90%) | actual tokens | error |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for name, figures in row["settings"].items():
+            projected, actual = figures.get("projected_tokens"), figures.get("actual_tokens")
+            error = f"{projected['point'] / actual - 1:+.1%}" if projected and actual else "-"
+            span = f"{projected['point']:,.0f} ({projected['low']:,.0f}-{projected['high']:,.0f})" if projected else "-"
+            print(f"| {name} | {figures.get('prompts', '-')} | {span} | {actual if actual is not None else '-':,} "
+                  f"| {error} |")
 
 
 if __name__ == "__main__":

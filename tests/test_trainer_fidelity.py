@@ -19,6 +19,8 @@ What is held, per format:
   trains every written row exactly, and run without it, exactly the rows the export counted are wrong.
 - The replica the export's template check uses (client.export.specforge_parse) gives exactly SpecForge's
   rows on the same files, so the check judges what the trainer trains on.
+- A run under a sampling plan that draws thinking on and off per prompt: the exact-id formats' rows of both
+  kinds are read by the trainers as the server's ids and loss mask.
 - `parquet` is read by speculators as `hf:<folder>` and refused by SpecForge, as docs/export.md says.
 """
 
@@ -36,7 +38,7 @@ import pytest
 from client.export.render import ChatTokenizer
 from client.export.specforge_parse import trainer_row
 from tests.conftest import REPO, read_results
-from tests.engines.trainer_checks import judge, make_runs, server_rows
+from tests.engines.trainer_checks import judge, make_mixed_run, make_runs, server_rows
 from tests.engines.trainers import (
     TrainerError,
     specforge_conversations,
@@ -219,3 +221,32 @@ def test_a_cut_reply_past_the_window_is_a_specforge_row(runs: dict[str, Path], t
     cut_server = {rid: (ids[:window], mask[:window]) for rid, (ids, mask) in server_rows(runs["last"]).items()}
     tok = ChatTokenizer.load(tiny_tokenizer_dir())
     assert judge(trained, {rid: row for rid, row in cut_server.items() if rid in written}, tok) == []
+
+
+# Thinking on for half the prompts and off for the rest, drawn per prompt by id (docs/sampling.md).
+MIXED_PLAN = "think = {enable_thinking = true}; quick = {enable_thinking = false}"
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_mixed_run(tmp_path_factory.mktemp("trainer-mixed"), MIXED_PLAN)
+
+
+@pytest.mark.parametrize("fmt", ["specforge-tokenized", "speculators"])
+def test_a_mixed_sampling_plan_run_trains_exactly_with_thinking_on_and_off(mixed_run: Path, tmp_path: Path,
+                                                                           fmt: str) -> None:
+    """A run whose prompts drew thinking on and off: every row the exact-id formats write is read by the
+    trainer's own code as the server's ids and loss mask, and rows of both kinds are among them."""
+    records = {r["id"]: r for r in read_results(mixed_run)}
+    assert {r["sampling"]["plan"]["setting"] for r in records.values()} == {"think", "quick"}
+    out = tmp_path / "rows.jsonl"
+    report = export(mixed_run, out, fmt, "--require-exact-ids")
+    written = _written(out)
+    assert report["rows"] == len(written) > 0
+    assert {records[w["id"]]["sampling"]["enable_thinking"] for w in written} == {True, False}
+    assert not any(records[w["id"]]["reasoning"] for w in written
+                   if not records[w["id"]]["sampling"]["enable_thinking"]), "thinking off wrote no reasoning"
+    server = server_rows(mixed_run)
+    reader = speculators_rows if fmt == "speculators" else specforge_tokenized
+    read = reader(out, tiny_tokenizer_dir(), 1 << 20)
+    assert sorted((r["input_ids"], r["loss_mask"]) for r in read) == sorted(server[w["id"]] for w in written)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from client.core.options import DEFAULT_MAX_ATTEMPTS
 from client.core.payload import SamplingSettings
+from client.core.sampling_plan import SamplingPlan
 from client.core.stats import RunStats
 from client.engine.session import open_fleet
 from client.engine.swarm import RetryPolicy, Swarm, SwarmSettings
@@ -54,13 +55,14 @@ def _note(line: str) -> None:
 
 async def calibrate(fleet_cfg: FleetConfig, settings: SamplingSettings, out: Path,
                     make_sample: Callable[[int], tuple[Path, int]], *, prompt_paths: Sequence[Path],
-                    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                    progress_every_s: float = 10.0) -> tuple[CalibrationRun, ClockTrace | None]:
+                    max_attempts: int = DEFAULT_MAX_ATTEMPTS, progress_every_s: float = 10.0,
+                    plan: SamplingPlan | None = None) -> tuple[CalibrationRun, ClockTrace | None]:
     """Open the fleet as the run does (client.engine.session), ask `make_sample(fleet slots)` for the sample
     file, and run it into `out`. `prompt_paths`: the full set, where the preflight looks for tools. With the
-    run, the modelled clock's readings of a simulated fleet (None on a real one)."""
+    run, the modelled clock's readings of a simulated fleet (None on a real one). `plan`: each prompt is sent
+    with its draw, as the run sends it (the same plan and seed draw the same setting)."""
     stats = RunStats()
-    async with open_fleet(fleet_cfg, settings, prompt_paths=prompt_paths, note=_note) as fleet:
+    async with open_fleet(fleet_cfg, settings, prompt_paths=prompt_paths, note=_note, plan=plan) as fleet:
         stats.track(len(fleet.endpoints))
         await fleet.dispatcher.prime()
         slots = sum(fleet.dispatcher.capacity(e.index) for e in fleet.endpoints)

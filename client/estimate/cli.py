@@ -16,6 +16,7 @@ from client.core.options import (
     MAX_SIMULATED,
     add_s3_endpoint_url,
     same_run_key,
+    seed_number,
     simulated_servers,
 )
 from client.core.payload import SamplingSettings
@@ -179,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-tokens", type=positive_int, default=defaults.max_tokens,
                       help="max_tokens of the run (and of the sample) (default: %(default)s)")
     plan.add_argument("--no-thinking", action="store_true", help="thinking off (it is on by default)")
+    plan.add_argument("--sampling-plan", metavar="FILE|INLINE",
+                      help="the run's sampling plan, as client.run --sampling-plan takes it (docs/sampling.md): the "
+                           "sample is sent with each prompt's draw, and the projection adds one row per setting "
+                           "(its prompts in the set, counted exactly from the draws, its tokens, time and GPU-hours "
+                           "as if run alone) beside the whole set's (default: one setting, as client.run)")
+    plan.add_argument("--run-seed", type=seed_number, metavar="N",
+                      help="the run's --seed: a plan's draws depend on it (default: none, as a run without --seed)")
     plan.add_argument("--gpus", type=whole_in(1, MAX_GPUS, "a GPU count"), metavar="G",
                       help="GPUs behind the fleet, for GPU-hours (default: what the servers report, /v1/loads "
                            "num_accelerators; else one per endpoint)")

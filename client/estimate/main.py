@@ -25,12 +25,14 @@ from typing import Any
 import orjson
 
 from client.core import redact
-from client.core.errors import ConfigError
+from client.core.errors import ConfigError, PlanError
 from client.core.exit_codes import EXIT_OK, EXIT_PROBLEM
 from client.core.human_out import write_report
 from client.core.ids import line_id
 from client.core.payload import SamplingSettings
+from client.core.plan_file import read_plan
 from client.core.report_text import print_report
+from client.core.sampling_plan import SamplingPlan
 from client.estimate.calibrate import CalibrationRun, calibrate
 from client.estimate.cli import build_parser, check
 from client.estimate.gpu_plan import check_options, hardware_projection
@@ -38,7 +40,18 @@ from client.estimate.measure import Measurements, measure
 from client.estimate.model import Throughput, sustained_throughput
 from client.estimate.project import Projection, Settings, default_caps, default_gpus, project
 from client.estimate.report import render
-from client.estimate.sample import Census, allocate, census, draw, scale_counts, write_records
+from client.estimate.sample import (
+    Census,
+    Stratifier,
+    allocate,
+    by_setting,
+    census,
+    draw,
+    scale_counts,
+    setting_of,
+    stratum_of,
+    write_records,
+)
 from client.estimate.waste import loop_stop_assumption
 from client.fleet.options import FleetConfig, network_from
 from client.fleet.sim_clock import ClockTrace
@@ -91,7 +104,8 @@ def _check_fleets(location: str, fleets: Sequence[dict[str, Any]], info: dict[st
         info["gpus_recorded"] = True
 
 
-def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[str, int], dict[str, Any]]:
+def _from_results(args: argparse.Namespace,
+                  stratifier: Stratifier) -> tuple[Measurements, Census, dict[str, int], dict[str, Any]]:
     fleets = _recorded_fleets(args.from_results)
     _check_fleets(args.from_results, fleets, {})  # before the results are read: refused at once
     done = _result_ids(args.from_results, args.s3_endpoint_url)
@@ -104,7 +118,7 @@ def _from_results(args: argparse.Namespace) -> tuple[Measurements, Census, dict[
         else:
             remaining[stratum] = remaining.get(stratum, 0) + 1
 
-    counted = census(args.prompts, note)
+    counted = census(args.prompts, note, stratifier)
     done.clear()
     found, report = measure(args.from_results, lambda record: strata_of_done.get(record["id"]), args.s3_endpoint_url)
     info = {"mode": "from-results", "results": args.from_results, "done": len(strata_of_done),
@@ -168,16 +182,17 @@ def _calibration_dir(args: argparse.Namespace) -> Iterator[Path]:
             new_out.remove_if_unused()
 
 
-def _calibrate(args: argparse.Namespace, settings: SamplingSettings) -> tuple[Measurements, Census, dict[str, Any]]:
+def _calibrate(args: argparse.Namespace, settings: SamplingSettings, plan: SamplingPlan | None,
+               stratifier: Stratifier) -> tuple[Measurements, Census, dict[str, Any]]:
     with _calibration_dir(args) as out:
-        found, counted, info = _calibrate_in(out, args, settings)
+        found, counted, info = _calibrate_in(out, args, settings, plan, stratifier)
     if args.simulate and args.out is None:
         info["out"] = None  # removed with its temporary directory; the report says how to keep it
     return found, counted, info
 
 
-def _calibrate_in(out: Path, args: argparse.Namespace,
-                  settings: SamplingSettings) -> tuple[Measurements, Census, dict[str, Any]]:
+def _calibrate_in(out: Path, args: argparse.Namespace, settings: SamplingSettings, plan: SamplingPlan | None,
+                  stratifier: Stratifier) -> tuple[Measurements, Census, dict[str, Any]]:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a new or empty directory")
     if out.exists() and any(out.iterdir()):
@@ -185,7 +200,7 @@ def _calibrate_in(out: Path, args: argparse.Namespace,
                           f"--from-results {out}")
     ResultSink.prepare(out)
     with hold_out_lock(out, note=lambda line: print(line, file=sys.stderr)):
-        counted = census(args.prompts)
+        counted = census(args.prompts, stratifier=stratifier)
         if counted.total == 0:
             raise ConfigError("the prompt files hold no valid prompt")
         chosen: dict[str, str] = {}
@@ -196,7 +211,7 @@ def _calibrate_in(out: Path, args: argparse.Namespace,
                 else max(500, 5 * slots)
             sizes = allocate(counted.strata, max(1, size))
             path = out / "sample.jsonl"
-            chosen.update(write_records(path, draw(args.prompts, counted.strata, sizes, args.seed)))
+            chosen.update(write_records(path, draw(args.prompts, counted.strata, sizes, args.seed, stratifier)))
             return path, len(chosen)
 
         redact.remember(args.api_key)  # a server may echo it in an error body
@@ -205,7 +220,8 @@ def _calibrate_in(out: Path, args: argparse.Namespace,
                                 wait_ready=args.wait_ready, network=network_from(args), compat=args.compat)
             run: CalibrationRun
             run, clock = asyncio.run(calibrate(fleet, settings, out, make_sample, prompt_paths=args.prompts,
-                                               max_attempts=args.max_attempts, progress_every_s=args.progress_every))
+                                               max_attempts=args.max_attempts, progress_every_s=args.progress_every,
+                                               plan=plan))
         # On a simulated fleet the spans are read on the servers' modelled clock (at speed 1, whatever the
         # host's load): the figures are the modelled GPU's, not the host's.
         found, _ = measure(str(out), lambda record: chosen.get(record["id"]), clock=clock)
@@ -218,15 +234,26 @@ def _calibrate_in(out: Path, args: argparse.Namespace,
 
 
 def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Projection | None]:
-    settings = SamplingSettings(max_tokens=args.max_tokens, enable_thinking=not args.no_thinking, seed=None)
+    settings = SamplingSettings(max_tokens=args.max_tokens, enable_thinking=not args.no_thinking,
+                                seed=args.run_seed)
     check_options(args)  # a GPU kind the table does not know is refused before anything is sent
+    sampling_plan = _plan(args, settings)
+    stratifier = by_setting(sampling_plan, args.run_seed) if sampling_plan is not None else stratum_of
     args.prompts = resolve_prompt_files(args.prompts, note=lambda line: print(line, file=sys.stderr)).paths
     if args.from_results:
-        found, counted, remaining, info = _from_results(args)
+        found, counted, remaining, info = _from_results(args, stratifier)
     else:
-        found, counted, info = _calibrate(args, settings)
+        found, counted, info = _calibrate(args, settings, sampling_plan, stratifier)
     whole = scale_counts(counted.strata, args.set_size) if args.set_size else counted.strata
     targets = [("whole set", whole)] + ([("remaining", remaining)] if args.from_results else [])
+    if sampling_plan is not None:
+        settings_rows = per_setting(sampling_plan, whole)
+        targets += settings_rows
+        info["sampling_plan"] = {"name": sampling_plan.name, "source": sampling_plan.source,
+                                 "sha256": sampling_plan.sha256, "run_seed": args.run_seed,
+                                 "settings": sampling_plan.describe()["settings"],
+                                 "prompts": {label.removeprefix("setting "): sum(counts.values())
+                                             for label, counts in settings_rows}}
     rate = sustained_throughput(found.starts, found.ends, found.tokens)
     if rate is not None and found.clock is not None:
         rate = _as_served(rate, found.clock)
@@ -256,6 +283,28 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
     hardware, notes = hardware_projection(args, info, projected, found, whole, gpus)
     info["hardware_notes"] = notes
     return EXIT_OK, info, dataclasses.replace(projected, hardware=hardware)
+
+
+def _plan(args: argparse.Namespace, settings: SamplingSettings) -> SamplingPlan | None:
+    """--sampling-plan, read as client.run reads it (values a setting does not give come from the options)."""
+    if args.sampling_plan is None:
+        return None
+    try:
+        return read_plan(args.sampling_plan, settings)
+    except PlanError as exc:  # the inline form's message names the option already; a file's names the file
+        message = str(exc)
+        raise ConfigError(message if message.startswith("--sampling-plan") else f"--sampling-plan {message}") from exc
+
+
+def per_setting(plan: SamplingPlan, strata: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """One target per setting of the plan that any prompt draws: the strata of that setting, with their
+    counts (the draw is by id, so these are the set's own counts, not a sampled share)."""
+    targets = []
+    for setting in plan.settings:
+        counts = {name: count for name, count in strata.items() if setting_of(name) == setting.name}
+        if sum(counts.values()) > 0:
+            targets.append((f"setting {setting.name}", counts))
+    return targets
 
 
 def _as_served(rate: Throughput, clock: ClockTrace) -> Throughput:

@@ -1,6 +1,8 @@
 """The calibration sample: strata of a prompt set, and a random sample stratified across them.
 
-A prompt's stratum is its `meta.source`, else the name of the file it came from. Two streaming passes
+A prompt's stratum is its `meta.source`, else the name of the file it came from; under a sampling plan,
+that and the setting the prompt draws (`by_setting`: the draw is a function of the plan, the run's seed and
+the prompt's id, so the whole set's count per setting is exact, not sampled). Two streaming passes
 over the prompt files (validated by the client's own PromptSource, so the sample holds only prompts a
 run would send): the first counts each stratum, the second keeps the records at positions drawn in
 advance. Allocation is proportional (largest remainder) with at least two per stratum, so every
@@ -20,15 +22,32 @@ import orjson
 
 from client.core.errors import map_write_error
 from client.core.records import LineProblem, Prompt
+from client.core.sampling_plan import SamplingPlan
 from client.local.source import PromptSource, SourceCounts
 
 MIN_PER_STRATUM = 2
+SETTING_MARK = " \u00b7 setting "  # between a stratum's source and its setting: "chat \u00b7 setting think"
+
+Stratifier = Callable[[Prompt], str]
 
 
 def stratum_of(prompt: Prompt) -> str:
     meta = prompt.meta
     source = meta.get("source") if isinstance(meta, dict) else None
     return source if isinstance(source, str) and source else Path(prompt.source).name
+
+
+def by_setting(plan: SamplingPlan, seed: int | None) -> Stratifier:
+    """Strata of source and drawn setting, so each setting is projected from its own lengths."""
+    def stratum(prompt: Prompt) -> str:
+        return stratum_of(prompt) + SETTING_MARK + plan.draw(seed, prompt.id, prompt.meta).setting.name
+    return stratum
+
+
+def setting_of(stratum: str) -> str | None:
+    """The setting a stratum of `by_setting` holds (None: a stratum without one)."""
+    _, mark, setting = stratum.rpartition(SETTING_MARK)
+    return setting if mark else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +82,13 @@ def _source(paths: Iterable[Path], on_problem: Callable[[LineProblem], None] | N
     return PromptSource(list(paths), set(), on_problem=on_problem)
 
 
-def census(paths: Iterable[Path], on_stratum: Callable[[Prompt, str], None] | None = None) -> Census:
+def census(paths: Iterable[Path], on_stratum: Callable[[Prompt, str], None] | None = None,
+           stratifier: Stratifier = stratum_of) -> Census:
     """Count valid prompts per stratum; `on_stratum` sees every prompt with its stratum."""
     source = _source(paths)
     strata: dict[str, int] = {}
     for prompt in source:
-        name = stratum_of(prompt)
+        name = stratifier(prompt)
         strata[name] = strata.get(name, 0) + 1
         if on_stratum is not None:
             on_stratum(prompt, name)
@@ -100,14 +120,14 @@ def _record(prompt: Prompt) -> dict[str, Any]:
     return record
 
 
-def draw(paths: Iterable[Path], strata: dict[str, int], sizes: dict[str, int], seed: int) -> Iterator[
-        tuple[Prompt, str]]:
+def draw(paths: Iterable[Path], strata: dict[str, int], sizes: dict[str, int], seed: int,
+         stratifier: Stratifier = stratum_of) -> Iterator[tuple[Prompt, str]]:
     """The prompts at positions drawn uniformly without replacement within each stratum."""
     rng = random.Random(seed)
     wanted = {name: set(rng.sample(range(strata[name]), sizes.get(name, 0))) for name in strata}
     seen = dict.fromkeys(strata, 0)
     for prompt in _source(paths):
-        name = stratum_of(prompt)
+        name = stratifier(prompt)
         position = seen.get(name, 0)
         seen[name] = position + 1
         if position in wanted.get(name, ()):

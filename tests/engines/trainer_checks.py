@@ -61,6 +61,14 @@ def make_runs(root: Path, chat_template: ChatTemplateName = DEFAULT_CHAT_TEMPLAT
     return made
 
 
+def make_mixed_run(root: Path, plan: str) -> Path:
+    """A `--turns last` simulated run under the sampling plan `plan` (inline or a file), under `root`."""
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / "mixed"
+    _run(out, SAMPLE, "--sampling-plan", plan, "--seed", "3")
+    return out
+
+
 def server_rows(run: Path) -> dict[str, tuple[list[int], list[int]]]:
     """Each record's server ids as (input_ids, loss_mask): 0 on the prompt, 1 on what was generated."""
     rows = {}
