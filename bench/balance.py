@@ -34,7 +34,7 @@ from client.local.ledger import read_done_ids
 from client.local.sink import ResultSink
 from client.local.source import PromptSource
 from client.wire.endpoint import Endpoint
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 from tests.conftest import make_prompts, read_results
 
 MODEL = "Qwen/Qwen3.6-27B"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import orjson
 import pytest
 
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 from tests.s3_server import FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
 from tests.servers.harness import ServerGroup
 

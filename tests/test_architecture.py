@@ -44,7 +44,8 @@ def test_a_reversed_layer_contract_is_reported_broken(tmp_path: Path) -> None:
 
 
 def _modules() -> list[Path]:
-    return sorted(p for root in ("argchecks", "client", "launch", "prompts") for p in (REPO / root).rglob("*.py"))
+    roots = ("argchecks", "client", "launch", "prompts", "simulator")
+    return sorted(p for root in roots for p in (REPO / root).rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(REPO)))

@@ -19,7 +19,7 @@ from client.estimate.measure import Measurements
 from client.estimate.model import EXACT_BOOTSTRAP_LIMIT, Interval, Throughput, bootstrap_columns, bootstrap_totals
 from client.estimate.purpose import purpose, purposes
 from client.estimate.waste import kept_in_window, loop_saving, loop_stop_point, past_window, record_text
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO
 from tests.results_fixture import result, write_segment
 from tests.test_estimate import estimate

@@ -343,7 +343,7 @@ DEFAULT_SIM_SLOTS = 32  # a simulated server's slots without --gpu-kind (the gen
 
 def _check_gpu_kind(parser: argparse.ArgumentParser, kind: str) -> None:
     """A kind the table does not hold exits 2 before any server starts."""
-    from launch.sim.kinds import UnknownKind, figures
+    from simulator.kinds import UnknownKind, figures
 
     try:
         figures(kind)

@@ -1,4 +1,4 @@
-"""Simulated SGLang server (`python -m launch.sim`) and a fleet of them as subprocesses (`SimFleet`).
+"""Simulated SGLang server (`python -m simulator`) and a fleet of them as subprocesses (`SimFleet`).
 
 It answers like SGLang 0.5.23 serving Qwen3.6-27B with the qwen3 reasoning parser and the qwen3_coder
 tool parser, with deterministic replies, a GPU-like capacity model and injectable failures, so the client
@@ -10,7 +10,7 @@ app (routes), server (sockets), fleet (subprocesses), __main__ (CLI).
 
 from __future__ import annotations
 
-from launch.sim.config import FaultRates, SimConfig
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.config import FaultRates, SimConfig
+from simulator.fleet import SimFleet, SimServerSpec
 
 __all__ = ["FaultRates", "SimConfig", "SimFleet", "SimServerSpec"]

@@ -8,11 +8,11 @@ model of a verify step at a batch of b running requests, on a replica of `tp` GP
     t(b) = (W + D + b x (S + K)) / (tp x BW x bandwidth_share) + b x host_ms_per_request
 
 (the terms are explained in gpus.toml's `[serving]`), with accept_length tokens per request and step; a
-prefill runs at prefill_mfu x the dense compute. `GpuFigures.sim_args` are the `launch.sim` options that serve
+prefill runs at prefill_mfu x the dense compute. `GpuFigures.sim_args` are the `simulator` options that serve
 it: the engine's step is step_ms + request_ms x b, the same straight line in b.
 
 Everything here is arithmetic on the table and the plan: no GPU is measured. The file is read, not imported,
-so the launcher does not depend on the client.
+so the simulator does not depend on the client.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from launch.plan.layout import MtpSettings, PlanRequest, make_plan
 from launch.plan.model import Dtype, ModelSpec, default_model
 from launch.plan.presets import Preset, load_preset
 
-TABLE = Path(__file__).resolve().parents[2] / "client" / "estimate" / "gpus.toml"
+TABLE = Path(__file__).resolve().parents[1] / "client" / "estimate" / "gpus.toml"
 SIMULATED = "(simulated)"  # after the kind's name in /v1/loads: a projection knows the kind, a reader the fake
 
 
@@ -81,7 +81,7 @@ class GpuFigures:
         return self.serving_tok_s(prompt_tokens, output_tokens) / self.tp
 
     def sim_args(self) -> tuple[str, ...]:
-        """The launch.sim options that serve these figures."""
+        """The simulator options that serve these figures."""
         return ("--max-running", str(self.slots), "--step-ms", f"{self.step_ms:.4f}", "--batch-cost", "0",
                 "--request-ms", f"{self.per_request_ms:.4f}", "--accept-length", f"{self.accept_length:g}",
                 "--prefill-ms-per-1k", f"{1e6 / self.prefill_tok_s:.4f}", "--max-total-tokens", str(self.kv_tokens),
