@@ -11,9 +11,8 @@ from pathlib import Path
 
 from argchecks import non_negative_float, non_negative_int, port_number, positive_float, positive_int, share
 from argchecks.parser import ToolParser
-from launch.plan.errors import PlanError
 from simulator.config import DEFAULT_MODEL_NAME, ChatTemplateName, FaultRates, SimConfig
-from simulator.kinds import UnknownKind, figures, kind_keys
+from simulator.kinds import KindError, figures, kind_keys
 from simulator.server import serve_forever
 from simulator.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
 from simulator.tokens import check_dir
@@ -165,7 +164,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         return first
     try:
         played = figures(first.gpu_kind, first.gpu_dtype)
-    except (UnknownKind, PlanError) as exc:
+    except KindError as exc:
         parser.error(f"--gpu-kind: {exc}")
     args = played.sim_args()
     parser.set_defaults(**{args[i].lstrip("-").replace("-", "_"): _typed(args[i + 1]) for i in range(0, len(args), 2)},

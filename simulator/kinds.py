@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from launch.plan.errors import PlanError
 from launch.plan.layout import MtpSettings, PlanRequest, make_plan
 from launch.plan.model import Dtype, ModelSpec, default_model
 from launch.plan.presets import Preset, load_preset
@@ -31,7 +32,11 @@ TABLE = Path(__file__).resolve().parents[1] / "client" / "estimate" / "gpus.toml
 SIMULATED = "(simulated)"  # after the kind's name in /v1/loads: a projection knows the kind, a reader the fake
 
 
-class UnknownKind(ValueError):
+class KindError(ValueError):
+    """A kind the simulator cannot play; `str()` is meant for the user as is."""
+
+
+class UnknownKind(KindError):
     """A kind the table does not hold; the message names the known ones."""
 
 
@@ -131,12 +136,16 @@ def _preset(entry: dict[str, Any], path: Path) -> Preset:
 
 def figures(kind: str, dtype: Dtype = "bf16", path: Path = TABLE) -> GpuFigures:
     """A kind's replica of Qwen3.6-27B (`dtype` weights) at the launcher's plan; UnknownKind for a kind the
-    table does not hold, launch.plan's PlanError when the plan cannot place the model."""
+    table does not hold, KindError when the plan cannot place the model (the plan's own PlanError stays here,
+    so no caller depends on the launcher)."""
     entry = _entry(kind, path)
     s = serving(path)
     mtp = MtpSettings()
     model: ModelSpec = default_model(dtype)
-    plan = make_plan(PlanRequest(preset=_preset(entry, path), model=model, mtp=mtp))
+    try:
+        plan = make_plan(PlanRequest(preset=_preset(entry, path), model=model, mtp=mtp))
+    except PlanError as exc:
+        raise KindError(f"{entry['key']} ({dtype}): {exc}") from exc
     memory = plan.memory
     tp = plan.tp
     bytes_per_param = model.weight_bytes() / (model.params_b * 1e9)

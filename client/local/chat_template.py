@@ -55,7 +55,7 @@ def tokenizer_path(path: Path) -> Path:
     if path.exists():
         return path
     if str(path) == SIM_TOKENIZER:
-        from simulator.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
+        from simulator.api import TinyTokenizerError, tiny_tokenizer_dir
 
         try:
             return tiny_tokenizer_dir()
