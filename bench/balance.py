@@ -36,7 +36,7 @@ from client.local.sink import ResultSink
 from client.local.source import PromptSource
 from client.results.reader import ReadReport, iter_records
 from client.wire.endpoint import Endpoint
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 
 MODEL = "Qwen/Qwen3.6-27B"
 STEP_MS, BATCH_COST = 20.0, 1.0  # the simulator's defaults

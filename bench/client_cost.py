@@ -34,7 +34,7 @@ from client.core.loop import event_loop_factory
 from client.core.payload import FieldPolicy, SamplingSettings, build_payload
 from client.core.records import Prompt
 from client.wire.endpoint import Endpoint
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 
 MODEL = "Qwen/Qwen3.6-27B"
 

@@ -28,9 +28,9 @@ from client.core.errors import AttemptError
 from client.core.payload import SamplingSettings
 from client.engine.continuation import Partial, continue_reply
 from client.wire.endpoint import Endpoint
-from launch.sim.config import FaultRates, SimConfig
-from launch.sim.server import SimServer
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir
+from simulator.config import FaultRates, SimConfig
+from simulator.server import SimServer
+from simulator.tiny_tokenizer import tiny_tokenizer_dir
 
 MAX_TOKENS = 2000
 GREEDY = SamplingSettings(max_tokens=MAX_TOKENS, temperature=0.0, top_p=1.0, top_k=1, min_p=0.0)

@@ -17,7 +17,7 @@ tokens the run's records of that setting hold. --tokenizer tiny serves replies i
 off.
 
 Estimate: both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then
-`client.run`) on one fleet of `launch.sim` servers. The servers answer GET /sim/clock, so the estimate is
+`client.run`) on one fleet of `simulator` servers. The servers answer GET /sim/clock, so the estimate is
 timed on their modelled clock (the modelled GPU's busy seconds at speed 1, which the host's load does not
 stretch), and so is the run it is compared with: the actual time is the longest busy time any server added
 during the full run (each server is busy from the run's start to its last reply; its idle waits for a
@@ -55,7 +55,7 @@ import psutil  # noqa: E402
 
 from bench.eta_tail import eta_tail, print_eta  # noqa: E402
 from client.results.reader import iter_records  # noqa: E402
-from launch.sim.fleet import SimFleet, SimServerSpec  # noqa: E402
+from simulator.fleet import SimFleet, SimServerSpec  # noqa: E402
 
 SOURCES = ("chat", "code", "tools", "multiturn")
 TOOL = {"type": "function", "function": {

@@ -8,7 +8,7 @@
 3. window: `--train-window N --loop-stop off`;
 4. window + loop stop: `--train-window N` (the loop stop is on by default).
 
-The fleet is `launch.sim` with a share of replies that loop until max_tokens (`--loop-rate`) and a heavy
+The fleet is `simulator` with a share of replies that loop until max_tokens (`--loop-rate`) and a heavy
 thinking tail (`--think-tail-rate`), both seeded, so the three runs get the same replies up to where each
 run cuts them. Prompts carry tool schemas of one to three thousand tokens (the simulator counts a token
 per 4 bytes of the request's messages and tools). Each run is the real CLI as a subprocess with its own
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from client.results.reader import iter_records  # noqa: E402
-from launch.sim.fleet import SimFleet, SimServerSpec  # noqa: E402
+from simulator.fleet import SimFleet, SimServerSpec  # noqa: E402
 
 RUNS = (("plain", ["--loop-stop", "off"]), ("loop stop", []),
         ("window", ["--loop-stop", "off", "--train-window", "{window}"]),

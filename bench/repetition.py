@@ -4,7 +4,7 @@ A stream's watcher would call `RepetitionDetector.feed` once per chunk, so the f
 it adds per chunk on top of what the client already spends (bench.client_cost: 5.7-15 us per chunk).
 Each case feeds the same chunks to (a) a no-op `feed` of the same shape, the baseline, and (b) the
 detector, and reports ns per chunk, the ratio, and the time added per chunk. Inputs: a long simulated
-reply (launch/sim's word pieces) in chunks of 1 and of 4 pieces (one token per chunk, and MTP), its token
+reply (simulator's word pieces) in chunks of 1 and of 4 pieces (one token per chunk, and MTP), its token
 ids (each piece's index, spread over a 250K vocabulary) with the token rule, and worst cases for the check,
 replies that repeat without looping: a table whose rows differ only in their digits (checks find candidate
 periods and compare), numbered lines of prose in stretches of ~10,000 characters between short paragraphs
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench.report import emit
 from client.loops.repetition import STREAM_RULE, RepetitionDetector, TokenRepetitionDetector
-from launch.sim.text import VOCAB
+from simulator.text import VOCAB
 
 
 class _NoOp:

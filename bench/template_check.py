@@ -39,7 +39,7 @@ from client.export.render import ChatTokenizer
 from client.export.rows import Sample, Turn
 from client.export.specforge_parse import TrainerRow
 from client.results.reader import iter_records
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir
+from simulator.tiny_tokenizer import tiny_tokenizer_dir
 
 REPO = Path(__file__).resolve().parent.parent
 JOB_ROWS = 914_000  # the job's rows, for the hours the check takes at each rate

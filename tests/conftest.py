@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 from bench.prompt_file import write_prompts
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 from tests.s3_server import FAKE_AWS_ENV, UNSET_AWS_ENV, S3Server, running_s3
 from tests.servers.harness import ServerGroup
 

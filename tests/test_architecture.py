@@ -27,6 +27,28 @@ def test_layers_import_only_downward() -> None:
     assert "client layers import only downward KEPT" in result.stdout
     # bench/ has its workload and its loop corpus of its own (bench.prompt_file, bench.loop_corpus).
     assert "the benchmarks do not import the tests KEPT" in result.stdout
+    kept = " ".join(result.stdout.split())  # import-linter wraps a long contract name
+    for name in ("the simulator depends on nothing of the client, and of the launcher only on its memory plan",
+                 "the client reaches the simulator only through simulator.api"):
+        assert f"{name} KEPT" in kept
+
+
+def test_a_client_import_past_the_simulators_face_is_reported_broken(tmp_path: Path) -> None:
+    """The face contract without its one exemption: the client's imports of simulator.api are then what a
+    client import of any other simulator module would be, and break it."""
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    face = next(c for c in settings["contracts"] if c["name"].endswith("only through simulator.api"))
+    assert face["ignore_imports"] == ["client.** -> simulator.api"]
+    config = tmp_path / "no_face.toml"
+    config.write_text(
+        '[tool.importlinter]\nroot_packages = ["client", "simulator"]\n\n'
+        '[[tool.importlinter.contracts]]\nname = "no face"\ntype = "forbidden"\n'
+        f"source_modules = {face['source_modules']!r}\nforbidden_modules = {face['forbidden_modules']!r}\n"
+        "allow_indirect_imports = true\n".replace("'", '"'))
+    result = lint_imports(config)
+    assert result.returncode != 0
+    assert "no face BROKEN" in result.stdout
+    assert "client.run.main -> simulator.api" in result.stdout
 
 
 def test_a_reversed_layer_contract_is_reported_broken(tmp_path: Path) -> None:
@@ -48,7 +70,8 @@ def test_a_reversed_layer_contract_is_reported_broken(tmp_path: Path) -> None:
 
 
 def _modules() -> list[Path]:
-    return sorted(p for root in ("argchecks", "client", "launch", "prompts") for p in (REPO / root).rglob("*.py"))
+    roots = ("argchecks", "client", "launch", "prompts", "simulator")
+    return sorted(p for root in roots for p in (REPO / root).rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(REPO)))

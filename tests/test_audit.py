@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, run_client
 from tests.results_fixture import WEATHER_TOOL, result, stub, tool_call, write_prompt_ids, write_segment
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from launch.sim.config import SimConfig
-from launch.sim.fleet import SimServerSpec
-from launch.sim.script import build_script
+from simulator.config import SimConfig
+from simulator.fleet import SimServerSpec
+from simulator.script import build_script
 from tests.conftest import REPO, make_prompts, read_results, run_client
 from tests.results_fixture import result, write_segment
 from tests.test_audit import audit, messages

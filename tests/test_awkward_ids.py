@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import (
     REPO,
     client_command,

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from client.fleet.balancer import target_depth
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import (
     REPO,
     client_command,

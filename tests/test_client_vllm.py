@@ -27,7 +27,7 @@ from client.core.payload import SamplingSettings
 from client.core.sampling_plan import single
 from client.fleet.startup import check_max_tokens
 from client.wire.endpoint import Endpoint
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import read_failures, read_results, run_client, wait_until
 from tests.engines.vllm_server import VLLMServer
 

@@ -70,7 +70,7 @@ def test_sim_profile_runs_the_simulator_and_an_s3_store(services: dict[str, Any]
         svc = sim[f"sim-{inst.index}"]
         assert "deploy" not in svc  # CPU only
         script = svc["command"][-1]
-        assert f"python -m launch.sim --host 0.0.0.0 --port {inst.port} " in script
+        assert f"python -m simulator --host 0.0.0.0 --port {inst.port} " in script
         assert svc["ports"] == [f"{inst.port}:{inst.port}"]
         assert ".:/app:ro" in svc["volumes"]
     s3 = sim["sim-s3"]

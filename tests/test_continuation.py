@@ -17,8 +17,8 @@ from client.core.payload import SamplingSettings
 from client.engine.continuation import Partial, continue_reply
 from client.wire.endpoint import Endpoint
 from client.wire.native import parse_generated, sampling_params
-from launch.sim.config import SimConfig
-from launch.sim.server import SimServer
+from simulator.config import SimConfig
+from simulator.server import SimServer
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 MESSAGES = [{"role": "user", "content": "Name three rivers and say where each meets the sea."}]

@@ -1,5 +1,5 @@
-"""Every third-party module that client/, launch/, prompts/ and bench/ import is declared in pyproject.toml
-(the dependencies or an extra), so a fresh install of the extras a part needs can run it."""
+"""Every third-party module that client/, launch/, prompts/, simulator/ and bench/ import is declared in
+pyproject.toml (the dependencies or an extra), so a fresh install of the extras a part needs can run it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FIRST_PARTY = {"argchecks", "client", "launch", "prompts", "bench", "tests"}
+FIRST_PARTY = {"argchecks", "client", "launch", "prompts", "simulator", "bench", "tests"}
 
 
 def _normal(name: str) -> str:
@@ -35,7 +35,7 @@ def declared() -> set[str]:
 def third_party_imports() -> dict[str, list[str]]:
     """Top-level module -> the files that import it."""
     found: dict[str, set[str]] = {}
-    for root in ("argchecks", "client", "launch", "prompts", "bench"):
+    for root in ("argchecks", "client", "launch", "prompts", "simulator", "bench"):
         for path in sorted((REPO / root).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):

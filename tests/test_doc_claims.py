@@ -44,7 +44,7 @@ def resolves(dotted: str) -> bool:
 def test_every_module_a_page_names_exists(page: str) -> None:
     text = (REPO / page).read_text(encoding="utf-8")
     names = sorted(name for name in set(_DOTTED.findall(text)) if not name.endswith(_FILES))
-    paths = sorted(set(re.findall(r"`((?:client|launch|prompts|tests|bench)/[\w/.-]+\.py)`", text)))
+    paths = sorted(set(re.findall(r"`((?:client|launch|prompts|simulator|tests|bench)/[\w/.-]+\.py)`", text)))
     assert names or paths, f"{page} names no module"
     assert [name for name in names if not resolves(name)] == []
     assert [path for path in paths if not (REPO / path).is_file()] == []

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from client.core.records import prompt_sha256
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, read_results, run_client
 
 MESSAGES = [{"role": "user", "content": "hi", "name": "a"}]

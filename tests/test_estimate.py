@@ -17,7 +17,7 @@ from client.estimate.model import interval, makespan, quantile, sustained_throug
 from client.estimate.project import default_caps, default_gpus
 from client.estimate.report import _gpus
 from client.estimate.sample import allocate
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO
 from tests.results_fixture import result, write_segment
 

@@ -25,8 +25,8 @@ import pytest
 
 from client.fleet.sim_clock import ClockTrace
 from client.local.run_settings import from_json, next_fleets
-from launch.sim.config import SimConfig
-from launch.sim.engine import EngineRequest, Rank
+from simulator.config import SimConfig
+from simulator.engine import EngineRequest, Rank
 from tests.conftest import REPO
 
 URL = "http://127.0.0.1:1"
@@ -118,7 +118,7 @@ def test_three_calibrations_of_one_command_agree_on_the_modelled_clock(tmp_path:
     middle = statistics.median(rates)
     assert all(abs(rate / middle - 1) <= 0.05 for rate in rates), rates
     # The modelled GPU cannot beat its own full batch: 2 servers x 8 slots, one token a step of
-    # 20 ms x (1 + 8/8) at speed 1 (launch.sim's defaults).
+    # 20 ms x (1 + 8/8) at speed 1 (simulator's defaults).
     assert max(rates) <= 2 * 8 / 0.040 * 1.001, rates
     walls = [run["projection"]["targets"][0]["wall_s"] for run in runs]
     for one in walls:

@@ -19,7 +19,7 @@ from client.estimate.model import EXACT_BOOTSTRAP_LIMIT, Interval, Throughput, b
 from client.estimate.purpose import purpose, purposes
 from client.estimate.waste import kept_in_window, loop_saving, loop_stop_point, past_window, record_text
 from client.loops.repetition import TEXT_RULE, Kind, find_repetition
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO
 from tests.results_fixture import result, write_segment
 from tests.test_estimate import estimate

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from launch.sim.config import ChatTemplateName
+from simulator.config import ChatTemplateName
 from tests.conftest import REPO
 from tests.results_fixture import WEATHER_TOOL, result, tool_call, write_segment
 from tests.tokenizer_fixture import load_tiny, tiny_tokenizer_dir

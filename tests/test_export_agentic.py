@@ -23,7 +23,7 @@ from client.export import fidelity
 from client.export.render import ChatTokenizer
 from client.export.rows import Sample, Turn
 from client.local.chat_template import template_messages
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir
+from simulator.tiny_tokenizer import tiny_tokenizer_dir
 from tests.engines.trainer_checks import judge
 from tests.results_fixture import WEATHER_TOOL, result, tool_call, write_segment
 from tests.test_export import export as export_qwen3

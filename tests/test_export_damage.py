@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.sim.config import ChatTemplateName
+from simulator.config import ChatTemplateName
 from tests.results_fixture import WEATHER_TOOL, result, tool_call, write_segment
 from tests.test_export import cases, export, served, without_ids
 

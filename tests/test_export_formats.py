@@ -15,7 +15,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from client.export.render import ChatTokenizer, render_record, sglang_tool
-from launch.sim.config import ChatTemplateName
+from simulator.config import ChatTemplateName
 from tests.results_fixture import WEATHER_TOOL, result, write_segment
 from tests.test_export import TEMPLATE, TOOLS_PREAMBLE, cases, export, served, without_ids
 from tests.tokenizer_fixture import tiny_tokenizer_dir

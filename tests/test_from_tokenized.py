@@ -16,9 +16,9 @@ import pyarrow.ipc as ipc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from launch.sim.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
 from prompts.from_tokenized import prompt_ids, split_turns, to_messages
 from prompts.schema import validate_prompt
+from simulator.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
 from tests.conftest import REPO
 from tests.results_fixture import WEATHER_TOOL, result, tool_call, write_segment
 from tests.tokenizer_fixture import load_tiny, tiny_tokenizer_dir

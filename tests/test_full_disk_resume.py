@@ -19,7 +19,7 @@ from client.local import ledger, lock, run_settings
 from client.local.ledger import read_done_ids
 from client.local.lock import hold_out_lock
 from client.local.run_settings import RunRecord, write_run_file
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts
 
 FAST = ("--mean-tokens", "80", "--tokens-per-chunk", "3")

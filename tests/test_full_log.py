@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, count_written, make_prompts
 
 pytestmark = pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs the /dev/full device")

@@ -109,7 +109,7 @@ def test_sim_fleet_starts_waits_for_health_and_stops_clean(log_dir: Path) -> Non
     assert len(pids) == 4
     for k in range(4):
         first = (log_dir / f"server{k}.log").read_text().splitlines()[0]
-        assert f"-m launch.sim --host 127.0.0.1 --port {base + k} " in first  # each log opens with its command
+        assert f"-m simulator --host 127.0.0.1 --port {base + k} " in first  # each log opens with its command
 
     again = start_sim(log_dir, free_base_port(4))
     assert again.returncode == 2
@@ -302,9 +302,9 @@ def test_nvidia_smi_caps_the_preset(tmp_path: Path, log_dir: Path) -> None:
 def test_the_callers_environment_does_not_leak_in(log_dir: Path) -> None:
     result = sh(START, "--preset", "sim", "--dry-run", "--log-dir", str(log_dir),
                 env={"HOST": "10.9.9.9", "PYTHON": "/no/python", "BASE_PORT": "1", "DRY_RUN": "0"})
-    commands = dry_run_commands(result, "launch.sim")
+    commands = dry_run_commands(result, "simulator")
     assert len(commands) == 4
-    assert commands[0].startswith("python3 -m launch.sim --host 127.0.0.1 --port 30000 ")
+    assert commands[0].startswith("python3 -m simulator --host 127.0.0.1 --port 30000 ")
 
 
 def test_the_planner_runs_even_when_the_server_python_is_elsewhere(log_dir: Path) -> None:

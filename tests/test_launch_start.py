@@ -65,7 +65,7 @@ def test_start_plan_reads_back_through_bash(tmp_path: Path) -> None:
                    "PLAN_URL_1": f"http://127.0.0.1:{base + 1}", "PLAN_HEALTH_0": f"http://127.0.0.1:{base}/health"}
     argv = subprocess.run(["/bin/bash", "-c", text + 'printf "%s\\n" "${PLAN_ARGV_1[@]}"'], capture_output=True,
                           text=True, check=True).stdout.splitlines()
-    assert argv[:3] == [sys.executable, "-m", "launch.sim"] and argv[-2:] == ["--speed", "2"]
+    assert argv[:3] == [sys.executable, "-m", "simulator"] and argv[-2:] == ["--speed", "2"]
 
 
 def test_help_and_dry_run_are_text_to_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,7 +127,7 @@ def test_a_node_with_fewer_gpus_than_the_preset_is_planned_as_it_is(no_nvidia_sm
     assert "note: nvidia-smi sees 7 GPU(s), fewer than the 8 of preset b200-8x" in capsys.readouterr().err
     fake_nvidia_smi(no_nvidia_smi, "183359\n" * 7)
     sim = run(["--preset", "sim", "--dry-run"])  # a simulated fleet ignores the node's GPUs
-    assert shell_vars(sim, "START_SHOW")["START_SHOW"].count("launch.sim") == 4
+    assert shell_vars(sim, "START_SHOW")["START_SHOW"].count("simulator") == 4
 
 
 def test_errors_from_the_planner_name_the_env_file_line(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from launch.sim.fleet import SimServerSpec
-from launch.sim.tokens import MEAN_ACCEPT_LENGTH
+from simulator.fleet import SimServerSpec
+from simulator.tokens import MEAN_ACCEPT_LENGTH
 from tests.conftest import REPO, client_command, make_prompts, read_results, wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -85,7 +85,7 @@ def test_live_figures_show_before_any_request_finishes_and_end_at_the_servers_co
     # each streaming for several seconds. That the live count is tokens, not chunks, as each chunk comes:
     # tests/test_stream.py::test_live_tokens_count_tokens_as_the_chunks_come.
     # Without a tokenizer: the servers' /metrics count the script's word pieces, which only then are the tokens
-    # the replies report (with --tokenizer the usage counts the tokenizer's ids; launch/sim/README.md).
+    # the replies report (with --tokenizer the usage counts the tokenizer's ids; simulator/README.md).
     spec = SimServerSpec(max_running=8, speed=1.0, extra_args=("--mean-tokens", "60000", "--tokens-per-chunk", "3",
                                                                "--tokenizer", "none"))
     fleet = fleet_factory([spec, spec])
@@ -106,7 +106,7 @@ def test_live_figures_show_before_any_request_finishes_and_end_at_the_servers_co
     assert early, "no scrape caught the run streaming before its first request finished"
     assert any(value(s, "regen_tokens_per_second", window="15s") > 0 for s in early)
     # The servers' own figures, from the load poll, are shown beside ours; and the MTP accept length they
-    # report: tokens per verify step of the replies' MTP draws (launch.sim.tokens), not the chunk size.
+    # report: tokens per verify step of the replies' MTP draws (simulator.tokens), not the chunk size.
     # (a gauge is left out until it is known)
     assert any(s.get(("regen_server_tokens_per_second", ()), 0.0) > 0 for s in seen)
     assert any(s.get(("regen_server_accept_length", ()), 0.0) == pytest.approx(MEAN_ACCEPT_LENGTH) for s in seen)

@@ -3,7 +3,7 @@ client once it has used 90% of its max_tokens and the repeats cover the rule's f
 prose), kept with finish_reason `repetition`, and its server slot is freed; a varied long reply, or a long
 table of numbers, is never stopped (tests/test_loop_precision.py holds the rule to a labelled corpus). The
 parser is tested on recorded event bytes, the endpoint and the run against the simulator with `--loop-rate`
-(launch/sim), over real sockets."""
+(simulator), over real sockets."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
 from client.wire.http1 import Headers
 from client.wire.sse import StreamParser
 from client.wire.transport import StreamResponse
-from launch.sim.config import SimConfig
-from launch.sim.script import build_script
-from launch.sim.server import SimServer
+from simulator.config import SimConfig
+from simulator.script import build_script
+from simulator.server import SimServer
 from tests.conftest import make_prompts, run_client
 from tests.scripted_transport import ScriptedTransport, sse_reply
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import make_prompts, run_client
 
 WARNING = "runs --tool-call-parser qwen, which streaming loses the reply text"

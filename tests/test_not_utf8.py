@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, read_results, run_client
 from tests.results_fixture import result, write_prompt_ids, write_segment
 

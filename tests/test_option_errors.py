@@ -14,7 +14,7 @@ from argchecks.parser import HELP_WIDTH, ToolParser, reflow, unknown_options
 from tests.conftest import REPO
 
 TOOLS = ["client.run", "client.estimate", "client.audit", "client.export", "client.status", "launch.plan",
-         "launch.sim", "prompts.from_sharegpt", "prompts.from_openai", "prompts.from_hf", "prompts.from_tokenized",
+         "simulator", "prompts.from_sharegpt", "prompts.from_openai", "prompts.from_hf", "prompts.from_tokenized",
          "prompts.make_sample"]
 
 
@@ -58,7 +58,7 @@ def test_a_typo_in_a_required_option_is_named_as_the_typo(capsys: pytest.Capture
                                        "tool --help lists every option\n")
 
 
-@pytest.mark.parametrize("tool", ["client.run", "client.export", "launch.sim"])
+@pytest.mark.parametrize("tool", ["client.run", "client.export", "simulator"])
 def test_a_tool_says_it_in_two_lines_without_the_usage_block(tool: str) -> None:
     proc = subprocess.run([sys.executable, "-m", tool, "--max_tokens", "100"], cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=False)

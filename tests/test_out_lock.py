@@ -17,7 +17,7 @@ import pytest
 
 from client.core.errors import OutLocked
 from client.local.lock import LOCK_FILE, Holder, hold_out_lock
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client, wait_for_records
 
 FAST = ("--mean-tokens", "120", "--tokens-per-chunk", "3")

@@ -150,7 +150,7 @@ def test_sim_preset_runs_the_simulator_on_loopback() -> None:
     plan = plan_of("--preset", "sim", "--dp", "2", "--gpus", "0-3")
     assert len(plan.instances) == 2
     for k, inst in enumerate(plan.instances):
-        assert inst.argv[:3] == ("python3", "-m", "launch.sim")
+        assert inst.argv[:3] == ("python3", "-m", "simulator")
         assert inst.env == ()
         assert flag(plan, k, "--host") == "127.0.0.1"
         assert flag(plan, k, "--dp-size") == "2"
@@ -274,7 +274,7 @@ def test_api_key_is_masked_everywhere_it_is_shown() -> None:
 
 def test_endpoints_format() -> None:
     out = run(["--preset", "sim", "--base-port", "40000"])
-    assert "launch.sim" in out
+    assert "simulator" in out
     assert run(["--preset", "sim", "--base-port", "40000", "--format", "endpoints"]).splitlines() == [
         f"http://127.0.0.1:{40000 + k}" for k in range(4)]
 

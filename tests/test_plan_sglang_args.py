@@ -1,6 +1,6 @@
 """Every command line the launcher produces is accepted by the real parsers: SGLang 0.5.23's own
 (`ServerArgs.add_cli_args`, installed CPU-only by tests/setup/sglang.sh) for the GPU presets and the
-compose file, and launch.sim's for the sim preset. A misspelt or removed flag fails here, and so does a
+compose file, and simulator's for the sim preset. A misspelt or removed flag fails here, and so does a
 launcher option whose SGLang spellings (`--model`, `--tp-size`, ...) no longer match SGLang's."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from launch.plan.layout import Plan
 from launch.plan.settings import read_settings
 from launch.plan.sglang_flags import OWNED_FLAGS
 from launch.plan.start import plan_from
-from launch.sim.__main__ import build_parser as sim_parser
+from simulator.__main__ import build_parser as sim_parser
 from tests.conftest import engine_missing
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def test_sglang_accepts_every_compose_command(sglang_parser: Any) -> None:
 def test_the_simulator_accepts_the_sim_commands(variant: list[str]) -> None:
     parser = sim_parser()
     for inst in plan_of("--preset", "sim", *variant).instances:
-        assert inst.argv[1:3] == ("-m", "launch.sim")
+        assert inst.argv[1:3] == ("-m", "simulator")
         ns = parse(parser, list(inst.argv[3:]))
         assert ns.port == inst.port and ns.host == "127.0.0.1"
 

@@ -21,7 +21,7 @@ import zstandard
 from client.core.errors import ConfigError, InputError
 from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.local.source import PromptSource, count_remaining
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 from tests.conftest import REPO, client_command, count_written, run_client
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results, wait_for_records
 
 pytestmark = pytest.mark.slow

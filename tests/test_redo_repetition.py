@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from client.run.stopped_loops import stopped_prompts
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, read_results, run_client
 from tests.results_fixture import result, write_segment
 

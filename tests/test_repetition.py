@@ -20,8 +20,8 @@ from client.loops.repetition import (
     find_repetition,
     find_token_repetition,
 )
-from launch.sim.script import TextSource
 from prompts import sample_texts
+from simulator.script import TextSource
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = ("the", "value", "we", "need", "check", "whether", "this", "is", "correct", "so", "let", "me", "think",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from client.fleet.balancer import target_depth
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import (
     REPO,
     client_command,

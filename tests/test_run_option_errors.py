@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, run_client
 
 FAST = ("--mean-tokens", "20")

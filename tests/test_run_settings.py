@@ -30,7 +30,7 @@ from client.local.run_settings import (
     updated,
     write_run_file,
 )
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, read_results, run_client
 from tests.s3_server import BUCKET, S3Server
 

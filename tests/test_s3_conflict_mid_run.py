@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, count_written, make_prompts, read_results, wait_until
 from tests.s3_server import BUCKET, S3Server
 from tests.test_s3_e2e import CLIENT_FAST, FAST, manifest_segments, s3_args

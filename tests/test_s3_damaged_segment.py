@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from client.s3.manifest import SegmentEntry, body_problem, listed_problem
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, run_client
 from tests.s3_server import BUCKET, S3Server
 

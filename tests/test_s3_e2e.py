@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, count_written, make_prompts, read_results, run_client, wait_until
 from tests.s3_server import BUCKET, S3Server, read_s3_results
 

@@ -23,7 +23,7 @@ from client.s3.lease import check_lease, check_same_shard, check_shard_counts, f
 from client.s3.manifest import Manifest, manifest_key
 from client.s3.shard_lease import LeaseRecord, ShardLease, lease_key
 from client.s3.store import S3Store, S3Url
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results, run_client, wait_until
 from tests.s3_server import BUCKET, S3Server
 

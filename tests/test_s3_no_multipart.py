@@ -17,7 +17,7 @@ import pytest
 from client.s3.manifest import Manifest, manifest_key
 from client.s3.store import S3Store, S3Url
 from client.s3.uploader import SegmentUploader
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import make_prompts, read_results, run_client
 from tests.s3_server import BUCKET, S3Server, read_s3_results
 from tests.test_s3_sync import write_segment

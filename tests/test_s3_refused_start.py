@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import make_prompts, run_client
 from tests.s3_server import BUCKET, S3Server
 

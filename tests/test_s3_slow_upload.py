@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from client.s3.shard_lease import lease_key
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, run_client, wait_until
 from tests.s3_server import BUCKET, S3Server, read_s3_results
 from tests.test_s3_e2e import CLIENT_FAST, FAST, assert_once, ids, s3_args

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from client.local.run_settings import SyncTarget, next_sync, sync_refusal
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import make_prompts, run_client
 from tests.s3_server import BUCKET, S3Server
 

@@ -23,7 +23,7 @@ from client.core.plan_file import read_plan
 from client.core.records import Prompt
 from client.local.run_settings import RUN_FILE
 from client.run.cli import build_parser, settings_from
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 from tests.conftest import (
     REPO,
     client_command,

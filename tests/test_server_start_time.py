@@ -25,7 +25,7 @@ pytest_plugins = ["tests.engines.start_time"]
 TESTS = """\
 import pytest
 
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 from tests.engines.start_time import server_start
 
 

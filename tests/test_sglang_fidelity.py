@@ -1,4 +1,4 @@
-"""The simulated SGLang server (launch/sim) held to real SGLang 0.5.23: the same requests go to both, and
+"""The simulated SGLang server (simulator) held to real SGLang 0.5.23: the same requests go to both, and
 what a client can see must agree.
 
 Compared, request by request:
@@ -33,7 +33,7 @@ import httpx
 import orjson
 import pytest
 
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 from tests.conftest import WEATHER_TOOL
 
 pytestmark = [pytest.mark.sglang_server, pytest.mark.slow]

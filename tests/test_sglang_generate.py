@@ -1,6 +1,6 @@
 """Continuation on real SGLang 0.5.23 (CPU, the random-weights tiny Qwen3): a greedy reply cut after k ids
 and continued on `/generate` with the prompt's ids plus those k ids equals the reply made in one go, id for
-id; and the simulated server's `/generate` answers in the real one's shapes (launch/sim/generate.py).
+id; and the simulated server's `/generate` answers in the real one's shapes (simulator/generate.py).
 
 The random-weights model is used because its greedy replies are not scripted: what is compared is the
 engine's own prefill of prompt + k ids against its decode of the same ids.
@@ -18,8 +18,8 @@ import pytest
 from client.core.payload import SamplingSettings
 from client.engine.continuation import Partial, continue_reply
 from client.wire.endpoint import Endpoint
-from launch.sim.config import SimConfig
-from launch.sim.server import SimServer
+from simulator.config import SimConfig
+from simulator.server import SimServer
 from tests.engines.sglang_server import SGLangServer
 
 pytestmark = pytest.mark.sglang_server

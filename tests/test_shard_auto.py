@@ -20,7 +20,7 @@ from client.core.shard_env import ShardChoice, shard_from_env
 from client.run.shard_auto import resolve_shard
 from client.s3.lease import check_shard_counts
 from client.s3.manifest import Manifest, manifest_key
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, read_results
 from tests.s3_server import BUCKET, S3Server
 

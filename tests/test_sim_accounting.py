@@ -16,8 +16,8 @@ import httpx
 import orjson
 import pytest
 
-from launch.sim.config import SimConfig
-from launch.sim.server import SimServer
+from simulator.config import SimConfig
+from simulator.server import SimServer
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 

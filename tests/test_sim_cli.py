@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from launch.sim.__main__ import build_parser, config_from_args
-from launch.sim.config import SimConfig
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir
+from simulator.__main__ import build_parser, config_from_args
+from simulator.config import SimConfig
+from simulator.tiny_tokenizer import tiny_tokenizer_dir
 
 
 def test_defaults_match_the_config_record() -> None:

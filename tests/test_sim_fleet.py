@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from launch.sim.fleet import SimFleet, SimServerSpec
+from simulator.fleet import SimFleet, SimServerSpec
 
 REQUEST = {"model": "Qwen/Qwen3.6-27B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
 

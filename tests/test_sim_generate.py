@@ -1,4 +1,4 @@
-"""The simulated server's native `/generate` (launch/sim/generate.py): SGLang's shapes, streamed and whole,
+"""The simulated server's native `/generate` (simulator/generate.py): SGLang's shapes, streamed and whole,
 and continuation: prompt ids plus the first k ids of a reply get exactly the rest of that reply."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from launch.sim.config import SimConfig
-from launch.sim.server import SimServer
+from simulator.config import SimConfig
+from simulator.server import SimServer
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 pytestmark = pytest.mark.asyncio
@@ -112,7 +112,7 @@ async def test_max_new_tokens_and_stop_token_ids_cut_the_reply() -> None:
 
 
 async def test_drop_stream_cuts_a_generate_stream_after_a_prefix_of_its_ids() -> None:
-    from launch.sim.config import FaultRates
+    from simulator.config import FaultRates
 
     prompt = list(range(10, 40))
     async with serving() as plain:

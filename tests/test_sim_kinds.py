@@ -1,4 +1,4 @@
-"""The GPU a simulated server plays (launch.sim.kinds): its figures against the anchors of client/estimate/gpus.toml,
+"""The GPU a simulated server plays (simulator.kinds): its figures against the anchors of client/estimate/gpus.toml,
 the launcher's memory plan as its slots, and a server started with a kind that serves and reports them."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from client.estimate.hardware import load_table
 from launch.plan.layout import PlanRequest, make_plan
 from launch.plan.model import default_model
 from launch.plan.presets import load_preset
-from launch.sim.__main__ import config_from_args
-from launch.sim.config import SimConfig
-from launch.sim.engine import Rank, decode_tok_s
-from launch.sim.fleet import SimFleet, SimServerSpec
-from launch.sim.kinds import TABLE, UnknownKind, figures, kind_keys, serving
-from launch.sim.tokens import MEAN_ACCEPT_LENGTH
+from simulator.__main__ import config_from_args
+from simulator.config import SimConfig
+from simulator.engine import Rank, decode_tok_s
+from simulator.fleet import SimFleet, SimServerSpec
+from simulator.kinds import TABLE, UnknownKind, figures, kind_keys, serving
+from simulator.tokens import MEAN_ACCEPT_LENGTH
 
 SAMPLE = Path(__file__).resolve().parents[1] / "prompts" / "sample.jsonl"
 ANCHORS: list[dict[str, Any]] = tomllib.loads(TABLE.read_text(encoding="utf-8"))["anchors"]

@@ -13,8 +13,8 @@ import aiohttp
 import httpx
 import pytest
 
-from launch.sim.config import FaultRates, SimConfig
-from launch.sim.server import SimServer
+from simulator.config import FaultRates, SimConfig
+from simulator.server import SimServer
 
 BASE = SimConfig(port=0, speed=200.0, mean_tokens=60, max_gen_tokens=2000)
 USER = [{"role": "user", "content": "Tell me about queues."}]

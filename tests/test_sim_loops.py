@@ -1,6 +1,6 @@
 """The simulator's failure shapes on request: replies that loop until max_tokens (`--loop-rate`) and a heavy
 thinking tail (`--think-tail-rate`, `--think-tail-alpha`), both drawn per prompt from the content and the
-seed (launch/sim/script.py)."""
+seed (simulator/script.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import httpx
 import orjson
 import pytest
 
-from launch.sim.__main__ import config_from_args
-from launch.sim.config import SimConfig
-from launch.sim.script import build_script
-from launch.sim.server import SimServer
+from simulator.__main__ import config_from_args
+from simulator.config import SimConfig
+from simulator.script import build_script
+from simulator.server import SimServer
 
 PROMPTS = 40
 MAX_TOKENS = 1500

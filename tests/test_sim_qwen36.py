@@ -1,4 +1,4 @@
-"""The simulator playing Qwen3.6 (`--chat-template qwen3.6`, launch/sim/qwen36.py), over real sockets: it serves
+"""The simulator playing Qwen3.6 (`--chat-template qwen3.6`, simulator/qwen36.py), over real sockets: it serves
 Qwen3.6-27B's own chat template (its replica, held here to the real file byte for byte), and its model writes
 what that model writes: reasoning then `\\n</think>\\n\\n`, tool calls as XML, text trimmed as the template
 trims it, so that each reply rendered back by the template is its own ids. The text's parsing is held to
@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from launch.sim.__main__ import config_from_args
-from launch.sim.config import SimConfig
-from launch.sim.qwen36 import TEMPLATES
-from launch.sim.server import SimServer
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir
-from launch.sim.tokens import SimTokenizer
+from simulator.__main__ import config_from_args
+from simulator.config import SimConfig
+from simulator.qwen36 import TEMPLATES
+from simulator.server import SimServer
+from simulator.tiny_tokenizer import tiny_tokenizer_dir
+from simulator.tokens import SimTokenizer
 from tests.conftest import WEATHER_TOOL
 from tests.real_templates import QWEN36, template_path
 

@@ -14,7 +14,7 @@ the complete calls only (or, with none complete, what its fallback reads of the 
 simulator reports the open call's arguments as far as they went.
 
 Each reply that stopped by itself is also a fixed point of the template: the parsed reply rendered back into
-the conversation by the chat template (the replica of Qwen3.6's own, launch/sim/qwen36_chat_template.jinja)
+the conversation by the chat template (the replica of Qwen3.6's own, simulator/qwen36_chat_template.jinja)
 gives the server's ids exactly, as a trainer re-rendering the data would.
 """
 
@@ -29,9 +29,9 @@ import httpx
 import orjson
 import pytest
 
-from launch.sim.fleet import SimFleet, SimServerSpec
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir
-from launch.sim.tokens import SimTokenizer
+from simulator.fleet import SimFleet, SimServerSpec
+from simulator.tiny_tokenizer import tiny_tokenizer_dir
+from simulator.tokens import SimTokenizer
 from tests.conftest import WEATHER_TOOL
 
 pytestmark = [pytest.mark.sglang_server, pytest.mark.slow]

@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from launch.sim.config import SimConfig
-from launch.sim.script import Piece, ReplyCursor, build_script, value_for
+from simulator.config import SimConfig
+from simulator.script import Piece, ReplyCursor, build_script, value_for
 
 CONFIG = SimConfig()
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from launch.sim.config import SimConfig
-from launch.sim.server import SimServer
+from simulator.config import SimConfig
+from simulator.server import SimServer
 
 FAST = SimConfig(port=0, speed=200.0, mean_tokens=60, max_gen_tokens=2000)
 USER = [{"role": "user", "content": "Explain the capacity model in one paragraph."}]

@@ -1,4 +1,4 @@
-"""The simulated server's tokenize route (launch/sim/tokenize.py) over real sockets: its count is the count
+"""The simulated server's tokenize route (simulator/tokenize.py) over real sockets: its count is the count
 the same chat request's usage reports, with and without `--tokenizer`, and it refuses as SGLang 0.5.23 does."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from launch.sim.config import SimConfig
-from launch.sim.server import SimServer
+from simulator.config import SimConfig
+from simulator.server import SimServer
 from tests.conftest import WEATHER_TOOL
 from tests.tokenizer_fixture import load_tiny, tiny_tokenizer_dir
 

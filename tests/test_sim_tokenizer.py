@@ -1,5 +1,5 @@
 """The simulated server's `--tokenizer DIR`: where it finds the chat template, what the template is given,
-and the ids a reply carries (launch/sim/tokens.py, prompts/sglang_input.py).
+and the ids a reply carries (simulator/tokens.py, prompts/sglang_input.py).
 
 The tiny Qwen3-style tokenizer of tests/tokenizer_fixture.py is copied into each layout a tokenizer
 directory comes in: the template inside tokenizer_config.json (older transformers) or beside it in
@@ -19,12 +19,12 @@ import httpx
 import orjson
 import pytest
 
-from launch.sim.__main__ import config_from_args
-from launch.sim.config import SimConfig
-from launch.sim.script import build_script
-from launch.sim.server import SimServer
-from launch.sim.tokens import SimTokenizer
 from prompts.sglang_input import content_format
+from simulator.__main__ import config_from_args
+from simulator.config import SimConfig
+from simulator.script import build_script
+from simulator.server import SimServer
+from simulator.tokens import SimTokenizer
 from tests.tokenizer_fixture import TEMPLATE_PATH, TEMPLATES, tiny_tokenizer_dir
 
 # A template that adds content to strings, as many do: it fails on a content-part list.

@@ -16,7 +16,7 @@ import pytest
 
 from client.s3.manifest import Manifest, SegmentEntry, manifest_key
 from client.status.fleet import eta_from, summarize
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, run_client
 from tests.s3_server import BUCKET, S3Server
 

@@ -23,7 +23,7 @@ from client.local import lock as out_lock
 from client.local.lock import hold_out_lock
 from client.local.run_settings import RunRecord, hash_prompt_file, shaping_settings, write_run_file
 from client.status.local import lock_state
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, client_command, make_prompts, wait_for_records
 
 

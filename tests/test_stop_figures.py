@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from launch.sim.fleet import SimServerSpec
-from launch.sim.tokens import MEAN_ACCEPT_LENGTH
+from simulator.fleet import SimServerSpec
+from simulator.tokens import MEAN_ACCEPT_LENGTH
 from tests.conftest import REPO, client_command, make_prompts, read_results, wait_for_records
 
 _WRITTEN = re.compile(r"([\d,]+) completion tokens written")

@@ -14,7 +14,7 @@ from client.fleet.kinds import SGLANG, kind_of
 from client.fleet.servers.sglext import SGLANG_REQUEST_FIELDS, spec_from
 from client.fleet.token_ids import describe, effective_kind, id_request, ids_policy
 from client.wire.sse import StreamParser
-from launch.sim.tokens import DRAFT_TOKENS, cached_tokens, spec_details
+from simulator.tokens import DRAFT_TOKENS, cached_tokens, spec_details
 
 SPEC = {"spec_accept_rate": 0.5, "spec_accept_length": 1.5, "spec_verify_ct": 2, "spec_num_correct_drafts": 1,
         "spec_num_proposed_drafts": 6, "spec_correct_drafts_histogram": [1, 1, 0, 0], "spec_cap_length": 0.0}

@@ -20,9 +20,9 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from client.export.render import ChatTokenizer, RenderError, render_record
-from launch.sim.fleet import SimServerSpec
 from prompts.sglang_input import tool as sglang_tool
 from prompts.tool_arguments import arguments_object
+from simulator.fleet import SimServerSpec
 from tests.conftest import (
     REPO,
     client_command,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from client.core.window_count import miscounted, record_miscount
-from launch.sim.fleet import SimServerSpec
+from simulator.fleet import SimServerSpec
 from tests.conftest import REPO, make_prompts, read_failures, read_results, run_client
 
 

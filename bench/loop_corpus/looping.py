@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 
 from bench.loop_corpus.writing import PARAGRAPH, looping, number_words, reasoning
-from launch.sim.text import TextSource
+from simulator.text import TextSource
 
 PROSE_LOOP_CHARS = 32_768  # a prose loop's reply, in characters: the model runs on until max_tokens
 STRUCTURED_LOOP_CHARS = 40_960  # a structured loop needs the whole 32,768-character window to count

@@ -26,7 +26,7 @@ from client.core.errors import RegenError
 from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE, code_for, message_for
 from client.core.human_out import ReportUnwritten, give_up, reason, write_line
 
-_FIRST_PARTY = frozenset({"argchecks", "client", "launch", "prompts"})
+_FIRST_PARTY = frozenset({"argchecks", "client", "launch", "prompts", "simulator"})
 
 
 def missing_dependency(exc: ModuleNotFoundError, tool: str) -> str | None:

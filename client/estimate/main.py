@@ -139,7 +139,7 @@ def _simulated(args: argparse.Namespace) -> Iterator[tuple[str, ...]]:
     if not args.simulate:
         yield tuple(parse_endpoints(args.endpoints))
         return
-    from launch.sim.fleet import SimFleet, SimServerSpec
+    from simulator.api import SimFleet, SimServerSpec
 
     # With --gpu-kind the servers play that GPU: its slots (unless --sim-max-running), its pace, its name.
     spec = SimServerSpec(max_running=_sim_slots(args), speed=args.sim_speed, extra_args=tuple(args.sim_arg or ()),
@@ -155,7 +155,7 @@ def _sim_slots(args: argparse.Namespace) -> int:
         return int(args.sim_max_running)
     if args.gpu_kind is None:
         return DEFAULT_SIM_SLOTS
-    from launch.sim.kinds import figures
+    from simulator.api import figures
 
     return figures(args.gpu_kind).slots
 

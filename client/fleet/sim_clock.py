@@ -1,7 +1,7 @@
 """A simulated fleet's modelled clock: whether every server has one, its readings over time, and a wall time
 read on it.
 
-A simulated server (launch.sim) answers `GET /sim/clock` with `busy_s`: the seconds its modelled GPU has spent
+A simulated server (simulator) answers `GET /sim/clock` with `busy_s`: the seconds its modelled GPU has spent
 on its steps so far at speed 1, whatever the host did meanwhile (it stands still while the server is idle), and
 its `speed` and `accelerator`. On a shared CPU the wall clock of a simulated run moves with the host's load; the
 modelled clock does not. A real server has no such route (SGLang answers 404), so a fleet is simulated only when

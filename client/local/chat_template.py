@@ -50,12 +50,12 @@ SIM_TOKENIZER = "sim"
 
 
 def tokenizer_path(path: Path) -> Path:
-    """`--tokenizer` as a path: `sim` names the simulated fleet's tokenizer (launch.sim.tiny_tokenizer, built
+    """`--tokenizer` as a path: `sim` names the simulated fleet's tokenizer (simulator.tiny_tokenizer, built
     on first use); a path that does not exist is a ConfigError that says what to give."""
     if path.exists():
         return path
     if str(path) == SIM_TOKENIZER:
-        from launch.sim.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
+        from simulator.api import TinyTokenizerError, tiny_tokenizer_dir
 
         try:
             return tiny_tokenizer_dir()

@@ -342,12 +342,13 @@ DEFAULT_SIM_SLOTS = 32  # a simulated server's slots without --gpu-kind (the gen
 
 
 def _check_gpu_kind(parser: argparse.ArgumentParser, kind: str) -> None:
-    """A kind the table does not hold exits 2 before any server starts."""
-    from launch.sim.kinds import UnknownKind, figures
+    """A kind the simulator cannot play (not in the table, or not placed by the plan) exits 2 before any server
+    starts."""
+    from simulator.api import KindError, figures
 
     try:
         figures(kind)
-    except UnknownKind as exc:
+    except KindError as exc:
         parser.error(f"--gpu-kind: {exc}")
 
 

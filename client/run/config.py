@@ -36,7 +36,7 @@ class SimConfig:
     speed: float
     extra_args: tuple[str, ...]
     seed: int
-    gpu_kind: str | None = None  # the GPU the servers play (launch.sim.kinds); None: a generic one
+    gpu_kind: str | None = None  # the GPU the servers play (simulator.kinds); None: a generic one
 
 
 @dataclass(frozen=True, slots=True)

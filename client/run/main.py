@@ -35,7 +35,7 @@ _STOPPED = "stopped by Ctrl-C or SIGTERM; run the same command again to continue
 
 @contextlib.contextmanager
 def _simulated_fleet(sim: SimConfig) -> Iterator[tuple[str, ...]]:
-    from launch.sim.fleet import SimFleet, SimServerSpec
+    from simulator.api import SimFleet, SimServerSpec
 
     spec = SimServerSpec(max_running=sim.max_running, speed=sim.speed, extra_args=sim.extra_args,
                          gpu_kind=sim.gpu_kind)

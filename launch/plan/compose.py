@@ -72,9 +72,9 @@ def _python_probe(url: str) -> list[str]:
 
 
 def _sim_service(plan: Plan, inst: Instance) -> dict[str, Any]:
-    # The `sim` extra's packages: the server, and the tiny tokenizer it serves with (launch.sim.tiny_tokenizer).
+    # The `sim` extra's packages: the server, and the tiny tokenizer it serves with (simulator.tiny_tokenizer).
     run = ("pip install --quiet --root-user-action=ignore aiohttp orjson tokenizers jinja2 && exec python -m "
-           "launch.sim " + shlex.join(_server_args(inst)))
+           "simulator " + shlex.join(_server_args(inst)))
     return {
         "profiles": [plan.preset.name],
         "image": SIM_IMAGE,

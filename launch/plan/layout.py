@@ -324,7 +324,7 @@ def _sglang_argv(req: PlanRequest, tp: int, host: str, port: int, frac: float) -
 
 def _sim_argv(req: PlanRequest, host: str, port: int, index: int) -> tuple[str, ...]:
     preset = req.preset
-    argv = [req.python, "-m", "launch.sim", "--host", host, "--port", str(port),
+    argv = [req.python, "-m", "simulator", "--host", host, "--port", str(port),
             "--model-name", req.model.served_name, "--dp-size", str(req.dp),
             "--max-running", str(preset.sim_max_running), "--speed", f"{preset.sim_speed:g}",
             "--startup-delay", f"{preset.sim_startup_delay:g}", "--fault-seed", str(index)]

@@ -32,7 +32,7 @@ class Preset:
     host: str = "0.0.0.0"
     image: str = DEFAULT_IMAGE
     extra_args: tuple[str, ...] = ()
-    # A simulated preset runs `python -m launch.sim` per instance instead of SGLang (no GPU involved).
+    # A simulated preset runs `python -m simulator` per instance instead of SGLang (no GPU involved).
     simulated: bool = False
     sim_speed: float = 1.0
     sim_startup_delay: float = 1.0

@@ -183,7 +183,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for _, group in GROUPS for s in group}
 
 _USAGE = "launch/start_servers.sh --preset NAME [options] [-- EXTRA SERVER ARGS...]"
 _DESCRIPTION = """\
-Start one SGLang server per replica (python -m sglang.launch_server, or python -m launch.sim for the sim
+Start one SGLang server per replica (python -m sglang.launch_server, or python -m simulator for the sim
 preset), wait for each /health, then write the endpoints file and a PID file for launch/stop_servers.sh.
 
 Settings come from options, an env file (--env-file FILE, KEY=VALUE lines), or both; options win. Each

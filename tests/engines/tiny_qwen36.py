@@ -2,7 +2,7 @@
 
 This module owns the ``qwen36`` variant of the tests' tiny model (the weights' trick and the tokenizer's
 training are tests/engines/tiny_qwen3.py's): its tokenizer carries the real Qwen3.6-27B template (the
-replica held byte for byte to the registry file, launch/sim/qwen36_chat_template.jinja), and its weights
+replica held byte for byte to the registry file, simulator/qwen36_chat_template.jinja), and its weights
 ALWAYS emit Qwen3.6's own shape of a reply, whatever the prompt and the sampling::
 
     <reasoning>\\n</think>\\n\\n<answer>\\n\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nParis

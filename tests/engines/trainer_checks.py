@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from client.export.render import ChatTokenizer
-from launch.sim.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir as template_tokenizer_dir
+from simulator.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
+from simulator.tiny_tokenizer import tiny_tokenizer_dir as template_tokenizer_dir
 from tests.conftest import REPO, read_results
 
 Row = dict[str, Any]

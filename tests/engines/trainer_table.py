@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from client.export.render import ChatTokenizer
-from launch.sim.config import DEFAULT_CHAT_TEMPLATE
-from launch.sim.qwen36 import TEMPLATES
-from launch.sim.tiny_tokenizer import tiny_tokenizer_dir as template_tokenizer_dir
+from simulator.config import DEFAULT_CHAT_TEMPLATE
+from simulator.qwen36 import TEMPLATES
+from simulator.tiny_tokenizer import tiny_tokenizer_dir as template_tokenizer_dir
 from tests.conftest import REPO
 from tests.engines.trainer_checks import judge, make_runs, server_rows
 from tests.engines.trainers import TrainerError, specforge_conversations, specforge_tokenized, speculators_rows

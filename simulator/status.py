@@ -13,9 +13,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from launch.sim.config import SGLANG_VERSION, SimConfig
-from launch.sim.engine import Engine, Rank, decode_tok_s, step_ms, tokens_per_step
-from launch.sim.tokens import DRAFT_TOKENS, MEAN_ACCEPT_LENGTH
+from simulator.config import SGLANG_VERSION, SimConfig
+from simulator.engine import Engine, Rank, decode_tok_s, step_ms, tokens_per_step
+from simulator.tokens import DRAFT_TOKENS, MEAN_ACCEPT_LENGTH
 
 # The `memory` section's figures are there for its shape, not for planning: Qwen3.6-27B's BF16 weights and
 # an assumed 64 KB of KV cache per token.
@@ -29,7 +29,7 @@ def _mtp(config: SimConfig) -> bool:
 
 
 def _accept_length(config: SimConfig) -> float:
-    """The live figure: a GPU kind's accepted length, else the replies' own draws (launch.sim.tokens)."""
+    """The live figure: a GPU kind's accepted length, else the replies' own draws (simulator.tokens)."""
     return config.accept_length if config.accept_length > 1 else MEAN_ACCEPT_LENGTH
 
 
@@ -63,7 +63,7 @@ def _rank_load(rank: Rank, config: SimConfig) -> dict[str, Any]:
     }
     if _mtp(config) and st.decode_moments[0] > 0:
         # MTP on (several tokens a chunk): the figure per verify step of the replies' own draws
-        # (launch.sim.tokens), not the chunk size, so the live view and the audit of one run agree.
+        # (simulator.tokens), not the chunk size, so the live view and the audit of one run agree.
         accept = _accept_length(config)
         load["speculative"] = {"accept_length": round(accept, 4), "accept_rate": round((accept - 1) / DRAFT_TOKENS, 4)}
     load["disaggregation"] = {"mode": "null", "prefill_bootstrap_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,

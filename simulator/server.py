@@ -14,10 +14,10 @@ from types import TracebackType
 
 from aiohttp import web
 
-from launch.sim.app import STATE, SimState, build_app
-from launch.sim.config import SimConfig
+from simulator.app import STATE, SimState, build_app
+from simulator.config import SimConfig
 
-log = logging.getLogger("launch.sim")
+log = logging.getLogger("simulator")
 
 
 class SimServer:

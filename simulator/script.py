@@ -29,9 +29,9 @@ from typing import Any, Literal, TypeAlias
 
 import orjson
 
-from launch.sim import qwen36
-from launch.sim.config import ChatTemplateName, SimConfig
-from launch.sim.text import WORDS, TextSource
+from simulator import qwen36
+from simulator.config import ChatTemplateName, SimConfig
+from simulator.text import WORDS, TextSource
 
 # Heavy-tailed length model: a lognormal body holds most replies, a Pareto tail holds the long thinkers.
 # The constants keep the mixture mean close to `mean_tokens` before the context cap trims the tail.
@@ -78,7 +78,7 @@ class ToolCallScript:
     id: str
     name: str
     fragments: tuple[str, ...]
-    # Qwen3.6 (launch.sim.qwen36): the text the model writes at each of the call's positions, and the text
+    # Qwen3.6 (simulator.qwen36): the text the model writes at each of the call's positions, and the text
     # before its header ("\n\n" or "\n"), which SGLang streams as content.
     raw: tuple[str, ...] = ()
     lead: str = ""
@@ -103,12 +103,12 @@ class Script:
     capped: bool  # the reply ran into the context cap (--max-gen-tokens)
     text_seed: int
     # (position, characters): that position's text keeps only its first characters. A reply cut where a
-    # tokenizer's count reaches max_tokens ends inside a word piece (launch.sim.app).
+    # tokenizer's count reaches max_tokens ends inside a word piece (simulator.app).
     trim: tuple[int, int] | None = None
     # (onset, block): from the phase's `onset`-th token on (reasoning, or content without thinking), one
     # passage of `block` tokens repeats to the end of the reply.
     loop: tuple[int, int] | None = None
-    # The model played: Qwen3.6 trims its reasoning and content as its template does (launch.sim.qwen36).
+    # The model played: Qwen3.6 trims its reasoning and content as its template does (simulator.qwen36).
     style: ChatTemplateName = "qwen3"
 
     @property
@@ -359,7 +359,7 @@ class Piece:
 
 def _shaped(source: TextSource, start: int, end: int, lo: int, hi: int) -> str:
     """Positions [start, end) of a text that spans [lo, hi), its first piece left-trimmed and its last
-    right-trimmed, as Qwen3.6's template writes a reasoning or a content (launch.sim.qwen36)."""
+    right-trimmed, as Qwen3.6's template writes a reasoning or a content (simulator.qwen36)."""
     out = ""
     if start < end and start == lo:
         piece = source.take(1)

@@ -1,4 +1,4 @@
-"""Command line of the simulated SGLang server: `python -m launch.sim --port 30000 [options]`."""
+"""Command line of the simulated SGLang server: `python -m simulator --port 30000 [options]`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from pathlib import Path
 
 from argchecks import non_negative_float, non_negative_int, port_number, positive_float, positive_int, share
 from argchecks.parser import ToolParser
-from launch.plan.errors import PlanError
-from launch.sim.config import DEFAULT_MODEL_NAME, ChatTemplateName, FaultRates, SimConfig
-from launch.sim.kinds import UnknownKind, figures, kind_keys
-from launch.sim.server import serve_forever
-from launch.sim.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
-from launch.sim.tokens import check_dir
+from simulator.config import DEFAULT_MODEL_NAME, ChatTemplateName, FaultRates, SimConfig
+from simulator.kinds import KindError, figures, kind_keys
+from simulator.server import serve_forever
+from simulator.tiny_tokenizer import TinyTokenizerError, tiny_tokenizer_dir
+from simulator.tokens import check_dir
 
 _DESCRIPTION = """\
 Serve over HTTP what a client sees of an SGLang 0.5.23 server running Qwen3.6-27B with
@@ -29,7 +28,7 @@ _EPILOG = """\
 Step cost: (step_ms * (1 + batch_cost * batch / max_running) + request_ms * batch) / speed milliseconds,
 plus prefill_ms_per_1k per 1000 prompt tokens admitted in that step. The defaults give ~50 tok/s for a
 lone stream and ~1.6K tok/s per rank at a full batch of 64 (x tokens-per-chunk with MTP). --gpu-kind
-KIND sets the capacity options to that GPU's modelled figures (launch/sim/kinds.py, client/estimate/
+KIND sets the capacity options to that GPU's modelled figures (simulator/kinds.py, client/estimate/
 gpus.toml); options given beside it win.
 Fault rates are shares of one uniform draw per request, taken in the order listed."""
 
@@ -37,7 +36,7 @@ Fault rates are shares of one uniform draw per request, taken in the order liste
 def build_parser() -> argparse.ArgumentParser:
     d = SimConfig()
     f = FaultRates()
-    p = ToolParser(prog="python -m launch.sim", description=_DESCRIPTION, epilog=_EPILOG,
+    p = ToolParser(prog="python -m simulator", description=_DESCRIPTION, epilog=_EPILOG,
                    formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("server")
     g.add_argument("--host", default=d.host, help="address to bind (default: %(default)s)")
@@ -117,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a tokenizer.json and the chat template (chat_template.jinja, or tokenizer_config.json's "
                         "chat_template): prompts are rendered and counted as SGLang does, and replies carry "
                         "their ids where asked (response_token_ids, sglext input_ids/output_ids). tiny: the "
-                        "project's own tiny Qwen-style tokenizer (launch.sim.tiny_tokenizer, built offline on "
+                        "project's own tiny Qwen-style tokenizer (simulator.tiny_tokenizer, built offline on "
                         "first use and cached). none: no ids, prompts counted as a token per 4 bytes "
                         "(default: %(default)s)")
     g.add_argument("--context-length", type=positive_int, default=d.context_length,
@@ -127,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model played: qwen3.6 serves Qwen3.6-27B's own chat template and writes what that "
                         "model writes (think blocks, tool calls as XML <function=NAME><parameter=ARG>, parsed as "
                         "SGLang's qwen3 reasoning parser and qwen3_coder detector parse them); qwen3 serves the "
-                        "Qwen3-style template launch/sim/qwen3_chat_template.jinja (hermes JSON tool calls). The "
+                        "Qwen3-style template simulator/qwen3_chat_template.jinja (hermes JSON tool calls). The "
                         "tiny tokenizer carries this template; a --tokenizer DIR brings its own "
                         "(default: %(default)s)")
     g.add_argument("--tool-call-parser", choices=["qwen3_coder", "qwen"], default=d.tool_call_parser,
@@ -165,7 +164,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         return first
     try:
         played = figures(first.gpu_kind, first.gpu_dtype)
-    except (UnknownKind, PlanError) as exc:
+    except KindError as exc:
         parser.error(f"--gpu-kind: {exc}")
     args = played.sim_args()
     parser.set_defaults(**{args[i].lstrip("-").replace("-", "_"): _typed(args[i + 1]) for i in range(0, len(args), 2)},
@@ -232,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         asyncio.run(serve_forever(config))
     except OSError as exc:
-        logging.getLogger("launch.sim").error("cannot serve on %s:%d: %s", config.host, config.port, exc)
+        logging.getLogger("simulator").error("cannot serve on %s:%d: %s", config.host, config.port, exc)
         return 1
     return 0
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from launch.sim.config import ReasoningField
-from launch.sim.script import Piece, Script
+from simulator.config import ReasoningField
+from simulator.script import Piece, Script
 
 DONE = b"data: [DONE]\n\n"
 
@@ -139,7 +139,7 @@ class ChunkWriter:
                 out.append(self._model(content=p.text, usage=usage) if self.tool_parsing
                            else self._lean(content=p.text, usage=usage))
             elif p.phase == "tool_start":
-                if p.text:  # Qwen3.6's text between calls (launch.sim.qwen36): qwen3_coder streams it as content
+                if p.text:  # Qwen3.6's text between calls (simulator.qwen36): qwen3_coder streams it as content
                     out.append(self._model(content=p.text, usage=usage))
                 call = script.tool_calls[p.call]
                 out.append(self._model(tool_call={"id": call.id, "index": p.call, "type": "function",

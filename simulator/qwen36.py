@@ -1,7 +1,7 @@
 """What the simulated model writes when it plays Qwen3.6-27B (`--chat-template qwen3.6`), and what a client
 sees of it through SGLang 0.5.23's `--reasoning-parser qwen3 --tool-call-parser qwen3_coder`.
 
-The text. Qwen3.6's template (launch/sim/qwen36_chat_template.jinja, the model's own file byte for byte, held
+The text. Qwen3.6's template (simulator/qwen36_chat_template.jinja, the model's own file byte for byte, held
 to it by tests/test_sim_qwen36.py) writes an assistant turn as `<think>\\n` REASONING `\\n</think>\\n\\n` CONTENT,
 both trimmed, then its calls: `\\n\\n` before the first when there is content, `\\n` between two, each
 `<tool_call>\\n<function=NAME>\\n`, one `<parameter=ARG>\\nVALUE\\n</parameter>\\n` per argument (a string VALUE
@@ -17,7 +17,7 @@ What a client sees (held to SGLang's own parsers, imported from its venv, by tes
 - tool calls: the name first, then the arguments as `qwen3_coder` rebuilds them per parameter: `{` and
   `"ARG": VALUE`, `, "ARG": VALUE` for each next, `}` (`{}` without arguments), with `json.dumps`' separators.
 
-In the script (launch.sim.script) a call is one position for its header, one per argument and one for its
+In the script (simulator.script) a call is one position for its header, one per argument and one for its
 close; `ToolCallScript.raw` holds each position's text, `lead` the text before the header.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # script imports this module to build the calls; this one reads scripts only
-    from launch.sim.script import Script, ToolCallScript
+    from simulator.script import Script, ToolCallScript
 
 TEMPLATES: dict[str, Path] = {
     "qwen3.6": Path(__file__).resolve().with_name("qwen36_chat_template.jinja"),
@@ -73,7 +73,7 @@ def call_texts(name: str, args: dict[str, Any], lead: str) -> tuple[str, ...]:
 def call_script(name: str, args: Any, index: int, content_written: bool, rng: random.Random) -> ToolCallScript:
     """One call as Qwen3.6 writes it. `content_written`: the reply has content before its calls (then the
     first call follows "\\n\\n", as the template writes it)."""
-    from launch.sim.script import ToolCallScript
+    from simulator.script import ToolCallScript
 
     arguments = dict(args) if isinstance(args, dict) else {}  # the template writes a mapping's items only
     lead = "\n" if index else ("\n\n" if content_written else "")
@@ -84,7 +84,7 @@ def call_script(name: str, args: Any, index: int, content_written: bool, rng: ra
 
 def raw_text(script: Script, upto: int) -> str:
     """The text the model wrote in the reply's first `upto` positions (special tokens aside)."""
-    from launch.sim.script import ReplyCursor
+    from simulator.script import ReplyCursor
 
     text_end = script.reasoning_tokens + script.content_tokens
     pieces = ReplyCursor(script).advance(min(upto, text_end))

@@ -1,5 +1,5 @@
 """The simulated server's plain (non-streaming) HTTP answers: JSON bodies, SGLang's flat error body, the
-refusals of launch.sim.request, and the OpenAI-style 404 of an unknown model under --strict-model."""
+refusals of simulator.request, and the OpenAI-style 404 of an unknown model under --strict-model."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from launch.sim import wire
-from launch.sim.request import Refusal
+from simulator import wire
+from simulator.request import Refusal
 
 
 def json_response(obj: Any, status_code: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:

@@ -1,7 +1,7 @@
 """The simulator's word pieces and the reproducible text made of them.
 
 One token is one piece of VOCAB; WORDS also make the string values of tool-call arguments
-(launch.sim.script). A looping reply (`--loop-rate`) repeats one block of pieces that opens with one of
+(simulator.script). A looping reply (`--loop-rate`) repeats one block of pieces that opens with one of
 the openers Qwen3 loops on.
 """
 

@@ -1,8 +1,8 @@
 """HTTP routes of the simulated server (aiohttp): chat completions, health, load and metrics views.
 
-A chat request is read and checked as SGLang reads it (launch.sim.request), its prompt counted (with
-`--tokenizer`, rendered and tokenized as SGLang does: prompts.sglang_input, launch.sim.tokens), then generated
-by the capacity model and written in SGLang 0.5.23's wire shapes (launch.sim.wire). Like SGLang, a stream's
+A chat request is read and checked as SGLang reads it (simulator.request), its prompt counted (with
+`--tokenizer`, rendered and tokenized as SGLang does: prompts.sglang_input, simulator.tokens), then generated
+by the capacity model and written in SGLang 0.5.23's wire shapes (simulator.wire). Like SGLang, a stream's
 HTTP headers go out only with its first generated token, so time in the queue shows up as time to first
 byte. Token ids, MTP and prefix-cache figures come in `sglext` as `serving_chat.py` places them: at the
 response's top level without streaming, in a chunk of their own after the finish chunk when streaming.
@@ -20,15 +20,15 @@ from typing import Any
 
 from aiohttp import web
 
-from launch.sim import generate, qwen36, status, tokenize, wire
-from launch.sim.config import STOP_TOKEN_ID, SimConfig
-from launch.sim.engine import Engine, EngineRequest
-from launch.sim.faults import Fault, FaultInjector, FaultKind
-from launch.sim.replies import error, json_response, model_not_found, refused
-from launch.sim.request import ChatRequest, Refusal, bad, check_lengths, parse
-from launch.sim.script import ReplyCursor, Script, build_script
-from launch.sim.tokens import CompletionIds, SimTokenizer, cached_tokens, spec_details
 from prompts.sglang_input import TemplateInputError
+from simulator import generate, qwen36, status, tokenize, wire
+from simulator.config import STOP_TOKEN_ID, SimConfig
+from simulator.engine import Engine, EngineRequest
+from simulator.faults import Fault, FaultInjector, FaultKind
+from simulator.replies import error, json_response, model_not_found, refused
+from simulator.request import ChatRequest, Refusal, bad, check_lengths, parse
+from simulator.script import ReplyCursor, Script, build_script
+from simulator.tokens import CompletionIds, SimTokenizer, cached_tokens, spec_details
 
 
 class SimState:
@@ -39,7 +39,7 @@ class SimState:
         self.engine = Engine(config)
         self.faults = FaultInjector(config.faults, config.effective_fault_seed)
         self.tokenizer = SimTokenizer(Path(config.tokenizer)) if config.tokenizer else None
-        # /generate (launch.sim.generate): the replies given, so a continuation goes on as the reply did.
+        # /generate (simulator.generate): the replies given, so a continuation goes on as the reply did.
         self.book = generate.ReplyBook()
         self.markov = (generate.Markov(self.tokenizer, config.seed, config.mean_tokens)
                        if self.tokenizer is not None else None)

@@ -8,11 +8,11 @@ model of a verify step at a batch of b running requests, on a replica of `tp` GP
     t(b) = (W + D + b x (S + K)) / (tp x BW x bandwidth_share) + b x host_ms_per_request
 
 (the terms are explained in gpus.toml's `[serving]`), with accept_length tokens per request and step; a
-prefill runs at prefill_mfu x the dense compute. `GpuFigures.sim_args` are the `launch.sim` options that serve
+prefill runs at prefill_mfu x the dense compute. `GpuFigures.sim_args` are the `simulator` options that serve
 it: the engine's step is step_ms + request_ms x b, the same straight line in b.
 
 Everything here is arithmetic on the table and the plan: no GPU is measured. The file is read, not imported,
-so the launcher does not depend on the client.
+so the simulator does not depend on the client.
 """
 
 from __future__ import annotations
@@ -23,15 +23,20 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from launch.plan.errors import PlanError
 from launch.plan.layout import MtpSettings, PlanRequest, make_plan
 from launch.plan.model import Dtype, ModelSpec, default_model
 from launch.plan.presets import Preset, load_preset
 
-TABLE = Path(__file__).resolve().parents[2] / "client" / "estimate" / "gpus.toml"
+TABLE = Path(__file__).resolve().parents[1] / "client" / "estimate" / "gpus.toml"
 SIMULATED = "(simulated)"  # after the kind's name in /v1/loads: a projection knows the kind, a reader the fake
 
 
-class UnknownKind(ValueError):
+class KindError(ValueError):
+    """A kind the simulator cannot play; `str()` is meant for the user as is."""
+
+
+class UnknownKind(KindError):
     """A kind the table does not hold; the message names the known ones."""
 
 
@@ -81,7 +86,7 @@ class GpuFigures:
         return self.serving_tok_s(prompt_tokens, output_tokens) / self.tp
 
     def sim_args(self) -> tuple[str, ...]:
-        """The launch.sim options that serve these figures."""
+        """The simulator options that serve these figures."""
         return ("--max-running", str(self.slots), "--step-ms", f"{self.step_ms:.4f}", "--batch-cost", "0",
                 "--request-ms", f"{self.per_request_ms:.4f}", "--accept-length", f"{self.accept_length:g}",
                 "--prefill-ms-per-1k", f"{1e6 / self.prefill_tok_s:.4f}", "--max-total-tokens", str(self.kv_tokens),
@@ -131,12 +136,16 @@ def _preset(entry: dict[str, Any], path: Path) -> Preset:
 
 def figures(kind: str, dtype: Dtype = "bf16", path: Path = TABLE) -> GpuFigures:
     """A kind's replica of Qwen3.6-27B (`dtype` weights) at the launcher's plan; UnknownKind for a kind the
-    table does not hold, launch.plan's PlanError when the plan cannot place the model."""
+    table does not hold, KindError when the plan cannot place the model (the plan's own PlanError stays here,
+    so no caller depends on the launcher)."""
     entry = _entry(kind, path)
     s = serving(path)
     mtp = MtpSettings()
     model: ModelSpec = default_model(dtype)
-    plan = make_plan(PlanRequest(preset=_preset(entry, path), model=model, mtp=mtp))
+    try:
+        plan = make_plan(PlanRequest(preset=_preset(entry, path), model=model, mtp=mtp))
+    except PlanError as exc:
+        raise KindError(f"{entry['key']} ({dtype}): {exc}") from exc
     memory = plan.memory
     tp = plan.tp
     bytes_per_param = model.weight_bytes() / (model.params_b * 1e9)

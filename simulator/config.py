@@ -20,8 +20,8 @@ ReasoningField = Literal["reasoning_content", "reasoning"]
 # differ, as a client sees them, in the non-streaming content before a call (kept by qwen3_coder,
 # stripped by qwen).
 ToolCallParser = Literal["qwen3_coder", "qwen"]
-# The model the simulator plays (launch.sim.qwen36): Qwen3.6's template and output (XML tool calls, think blocks
-# trimmed as its template writes them), or the Qwen3 style of launch/sim/qwen3_chat_template.jinja (hermes JSON).
+# The model the simulator plays (simulator.qwen36): Qwen3.6's template and output (XML tool calls, think blocks
+# trimmed as its template writes them), or the Qwen3 style of simulator/qwen3_chat_template.jinja (hermes JSON).
 ChatTemplateName = Literal["qwen3.6", "qwen3"]
 DEFAULT_CHAT_TEMPLATE: ChatTemplateName = "qwen3.6"
 
@@ -44,7 +44,7 @@ class FaultRates:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Everything a simulated server needs; `launch.sim.__main__` builds it from the command line."""
+    """Everything a simulated server needs; `simulator.__main__` builds it from the command line."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -57,7 +57,7 @@ class SimConfig:
     speed: float = 1.0
     step_ms: float = 20.0
     batch_cost: float = 1.0
-    # Step time each running request adds, ms (a GPU kind's per-request cost: launch.sim.kinds); unlike
+    # Step time each running request adds, ms (a GPU kind's per-request cost: simulator.kinds); unlike
     # batch_cost it does not scale with max_running.
     request_ms: float = 0.0
     prefill_ms_per_1k: float = 15.0
@@ -72,7 +72,7 @@ class SimConfig:
     mean_tokens: int = 1500
     max_gen_tokens: int = 32_768
     tool_call_rate: float = 0.6
-    # Replies that loop until the cap (launch.sim.script): a share of prompts, chosen by the content and --seed.
+    # Replies that loop until the cap (simulator.script): a share of prompts, chosen by the content and --seed.
     loop_rate: float = 0.0
     # A heavier thinking tail: this share of thinking replies draws its reasoning length from a Pareto
     # distribution starting at mean_tokens with this exponent (0 keeps the plain length model).
@@ -88,8 +88,8 @@ class SimConfig:
     tool_call_parser: ToolCallParser = "qwen3_coder"
     chat_template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE
     # A tokenizer directory (tokenizer.json and the chat template): with it, replies can carry token ids and
-    # usage counts them (launch.sim.tokens); without it, the fields that ask for ids are ignored. The command
-    # line's default is the tiny tokenizer (launch.sim.tiny_tokenizer); this record's is none.
+    # usage counts them (simulator.tokens); without it, the fields that ask for ids are ignored. The command
+    # line's default is the tiny tokenizer (simulator.tiny_tokenizer); this record's is none.
     tokenizer: str | None = None
     faults: FaultRates = FaultRates()
     log_level: str = "info"
@@ -97,7 +97,7 @@ class SimConfig:
     # `num_accelerators` is per DP rank: tp x pp). The default name says plainly that it is no GPU.
     accelerator: str = "Simulated GPU"
     num_accelerators: int = 1
-    # The GPU kind whose figures set the capacity model (launch.sim.kinds, --gpu-kind); None: the generic one.
+    # The GPU kind whose figures set the capacity model (simulator.kinds, --gpu-kind); None: the generic one.
     gpu_kind: str | None = None
 
     def __post_init__(self) -> None:

@@ -5,7 +5,7 @@ Qwen2's real pre-tokenizer (the split regex and NFC that transformers' `Qwen2Tok
 `AutoTokenizer`, the trainers' way, loads it the same as `tokenizers` does), Qwen3's special tokens
 (<|endoftext|>, <|im_start|>, <|im_end|>) and its added non-special ones (<think>, </think>, <tool_call>,
 </tool_call>, <tool_response>, </tool_response>), next to a tokenizer_config.json that carries the chat
-template of the model the simulator plays (launch.sim.qwen36.TEMPLATES): Qwen3.6's own
+template of the model the simulator plays (simulator.qwen36.TEMPLATES): Qwen3.6's own
 (`qwen36_chat_template.jinja`) or the Qwen3 style of `qwen3_chat_template.jinja`, both beside this file.
 
 The build needs no network and is deterministic: the same inputs give the same files. It is cached under
@@ -15,7 +15,7 @@ reads (this file, the template, the `tokenizers` version), so each template has 
 under a file lock, so that the servers of a fleet starting together build it once. With `tokenizers` and
 `jinja2` (the `sim` and `export` extras).
 
-    python -m launch.sim.tiny_tokenizer [--chat-template qwen3.6|qwen3]   print its directory (building it if
+    python -m simulator.tiny_tokenizer [--chat-template qwen3.6|qwen3]   print its directory (building it if
                                                                            needed; default: the simulator's)
 
 `client.export RUN --tokenizer sim` exports a run of the simulated fleet with it; the tests use it too.
@@ -36,8 +36,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch.sim.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
-from launch.sim.qwen36 import TEMPLATES
+from simulator.config import DEFAULT_CHAT_TEMPLATE, ChatTemplateName
+from simulator.qwen36 import TEMPLATES
 
 # Qwen2's split regex, as transformers' `Qwen2Tokenizer` (models/qwen2/tokenization_qwen2.py) sets it.
 QWEN2_PRETOKENIZE_REGEX = (
@@ -131,7 +131,7 @@ def _complete(folder: Path) -> bool:
 
 
 def tiny_tokenizer_dir(root: Path | None = None, chat_template: ChatTemplateName = DEFAULT_CHAT_TEMPLATE) -> Path:
-    """The tokenizer's directory, with the chat template of `chat_template` (launch.sim.qwen36.TEMPLATES),
+    """The tokenizer's directory, with the chat template of `chat_template` (simulator.qwen36.TEMPLATES),
     built into the cache first if it is not there. TinyTokenizerError when `tokenizers` or `jinja2` is missing
     or the cache cannot be written."""
     template = TEMPLATES[chat_template]
@@ -165,7 +165,7 @@ def tiny_tokenizer_dir(root: Path | None = None, chat_template: ChatTemplateName
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launch.sim.tiny_tokenizer",
+    parser = argparse.ArgumentParser(prog="python -m simulator.tiny_tokenizer",
                                      description="Print the directory of the simulated fleet's tiny tokenizer, "
                                                  "building it first if needed.")
     parser.add_argument("--chat-template", choices=list(TEMPLATES), default=DEFAULT_CHAT_TEMPLATE,

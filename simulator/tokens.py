@@ -12,7 +12,7 @@ Shapes, from the SGLang 0.5.23 sources (`python/sglang/srt/entrypoints/openai/`)
 
 Ids need a tokenizer: `--tokenizer DIR` (a tokenizer.json, and the chat template in chat_template.jinja, as
 current transformers saves it, or in tokenizer_config.json's `chat_template`); the command line's default is
-the tiny one of launch.sim.tiny_tokenizer.
+the tiny one of simulator.tiny_tokenizer.
 The prompt is rendered from what SGLang gives the template (prompts.sglang_input). The reply is rendered the
 way a model trained on the template writes it: the whole conversation with the new assistant turn (reasoning
 in `reasoning_content`, tool-call arguments as objects); the completion is the difference, ending with the
@@ -182,7 +182,7 @@ class SimTokenizer:
         return CompletionIds(ids, self.reasoning_tokens(ids, thinking))
 
     def text_ids(self, text: str, thinking: bool, stopped: bool) -> CompletionIds:
-        """The ids of a reply given as the text the model wrote (launch.sim.qwen36), with the end-of-turn
+        """The ids of a reply given as the text the model wrote (simulator.qwen36), with the end-of-turn
         token when it stopped by itself."""
         ids = self.encode(text)
         if stopped and self.eos_id is not None:

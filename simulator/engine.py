@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from launch.sim.config import SimConfig
+from simulator.config import SimConfig
 
 _MAX_LAG = 0.05  # seconds the decode schedule may run behind before it is reset
 # When the host starves the simulator, a slot freed by a finished request waits for the client's next one

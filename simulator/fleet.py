@@ -1,7 +1,7 @@
 """A fleet of simulated SGLang servers as subprocesses on one host, driven through a small sync API.
 
 Used by the client's `--simulate N` and by tests that need real processes to kill and restart. Each
-server is `sys.executable -m launch.sim` on its own free port; all share the content seed (so any server
+server is `sys.executable -m simulator` on its own free port; all share the content seed (so any server
 gives the same reply to the same request) and each gets its own fault seed.
 """
 
@@ -24,15 +24,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from launch.sim.config import DEFAULT_MODEL_NAME
+from simulator.config import DEFAULT_MODEL_NAME
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
 class SimServerSpec:
     """How one fleet member runs; `extra_args` are any further CLI flags, e.g. ("--fail-500", "0.05"). With
-    `gpu_kind` the member plays that GPU (launch.sim.kinds); `max_running` None then keeps the kind's slots."""
+    `gpu_kind` the member plays that GPU (simulator.kinds); `max_running` None then keeps the kind's slots."""
 
     max_running: int | None = 64
     dp_size: int = 1
@@ -107,7 +107,7 @@ class SimFleet:
     def _command(self, m: _Member) -> list[str]:
         s = m.spec
         return [
-            sys.executable, "-m", "launch.sim",
+            sys.executable, "-m", "simulator",
             "--host", self.host, "--port", str(m.port),
             "--model-name", self.model_name,
             "--seed", str(self.seed), "--fault-seed", str(self.seed * 1000 + m.index + 1),
@@ -126,7 +126,7 @@ class SimFleet:
                 m.log = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the member
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
-        # Run from the package root so `-m launch.sim` cannot pick up another `launch` in the caller's cwd.
+        # Run from the package root so `-m simulator` cannot pick up another `simulator` in the caller's cwd.
         m.proc = subprocess.Popen(self._command(m), stdin=subprocess.DEVNULL, stdout=m.log, stderr=m.log,
                                   env=env, cwd=_PACKAGE_ROOT, start_new_session=True,
                                   preexec_fn=_die_with_parent if sys.platform == "linux" else None)

@@ -15,7 +15,7 @@ Taken from `python/sglang/srt/entrypoints/http_server.py` (both paths, `validate
   chat checks refuse (empty messages, `tool_choice` without its tool, an output cap over the context) and
   the template's errors are 400 "BadRequestError"; a truthy `stream` is 501; the model name is not
   checked, nor the prompt's length against the context.
-Without a tokenizer (`--tokenizer none`) the count is the simulator's own prompt count (launch.sim.script: a
+Without a tokenizer (`--tokenizer none`) the count is the simulator's own prompt count (simulator.script: a
 token per 4 bytes of the messages' and tools' JSON), so that it always equals the same chat request's
 `usage.prompt_tokens`; `tokens` then has that many stand-in ids taken from those bytes. A `prompt` text
 counts a token per 4 bytes, rounded up. Faults (--fail-500 and the like) are never drawn here.
@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from launch.sim.config import STOP_TOKEN_ID
-from launch.sim.replies import error, json_response, model_not_found, refused
-from launch.sim.request import (
+from prompts import sglang_input as render
+from simulator.config import STOP_TOKEN_ID
+from simulator.replies import error, json_response, model_not_found, refused
+from simulator.request import (
     Refusal,
     bad,
     check_messages,
@@ -41,11 +42,10 @@ from launch.sim.request import (
     read_body,
     validation_error,
 )
-from launch.sim.script import estimated_prompt_tokens, prompt_content
-from prompts import sglang_input as render
+from simulator.script import estimated_prompt_tokens, prompt_content
 
 if TYPE_CHECKING:  # the app builds its state, then hands it to this route
-    from launch.sim.app import SimState
+    from simulator.app import SimState
 
 PATHS = ("/v1/tokenize", "/tokenize")
 _ONE_OF = "Value error, Exactly one of 'prompt' or 'messages' must be provided."

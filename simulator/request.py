@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from launch.sim.config import SimConfig
 from prompts import sglang_input as render
+from simulator.config import SimConfig
 
 
 class Refusal(Exception):

@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass
 from enum import Enum
 
-from launch.sim.config import FaultRates
+from simulator.config import FaultRates
 
 
 class FaultKind(Enum):

@@ -33,11 +33,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from launch.sim.engine import Engine
-from launch.sim.faults import NO_FAULT, Fault, FaultKind
-from launch.sim.replies import json_response
-from launch.sim.text import WORDS
-from launch.sim.tokens import SimTokenizer
+from simulator.engine import Engine
+from simulator.faults import NO_FAULT, Fault, FaultKind
+from simulator.replies import json_response
+from simulator.text import WORDS
+from simulator.tokens import SimTokenizer
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SamplingParams.max_new_tokens
 _ORDER = 8  # the Markov reply's context: its last this many ids
