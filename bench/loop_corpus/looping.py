@@ -118,7 +118,7 @@ def chinese_paragraph() -> tuple[str, int]:
 
 
 def sim_loop() -> tuple[str, int]:
-    """The simulator's own loop (launch/sim): a passage of its word pieces over and over."""
+    """The simulator's own loop (simulator): a passage of its word pieces over and over."""
     source = TextSource(219, (1500, 80))
     text = source.take(9000)
     start = len(TextSource(219).take(1500))

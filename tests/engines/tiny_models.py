@@ -22,7 +22,7 @@ from .vllm_server import REPO_ROOT, STARTUP_TIMEOUT_S, VLLMServerError
 HERE = Path(__file__).resolve().parent
 BUILDER = HERE / "tiny_qwen3.py"
 BUILDER_36 = HERE / "tiny_qwen36.py"
-SIM = REPO_ROOT / "launch" / "sim"
+SIM = REPO_ROOT / "simulator"
 _QWEN3_INPUTS = (BUILDER, SIM / "qwen3_chat_template.jinja")
 # What each variant is built from: the Qwen3.6 one reuses the Qwen3 builder's tokenizer and weights code.
 BUILDER_INPUTS = {"scripted": _QWEN3_INPUTS, "random": _QWEN3_INPUTS,

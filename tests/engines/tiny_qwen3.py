@@ -66,7 +66,7 @@ CONFIG = {
 ALPHA = 12.0  # lm_head scale: the scripted successor's logit is ALPHA * sqrt(hidden), all others ~0
 
 # Qwen3-style: tools in the system turn, hermes JSON tool calls, reasoning, enable_thinking.
-CHAT_TEMPLATE = (Path(__file__).resolve().parents[2] / "launch" / "sim" / "qwen3_chat_template.jinja").read_text()
+CHAT_TEMPLATE = (Path(__file__).resolve().parents[2] / "simulator" / "qwen3_chat_template.jinja").read_text()
 
 _WORDS = [
     "the", "of", "and", "to", "in", "is", "you", "that", "it", "for", "was", "on", "are", "with",

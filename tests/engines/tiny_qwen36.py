@@ -31,7 +31,7 @@ from typing import Any
 import tiny_qwen3  # this script's own folder is on sys.path when it is run as a script
 
 VARIANT = "qwen36"
-TEMPLATE = Path(__file__).resolve().parents[2] / "launch" / "sim" / "qwen36_chat_template.jinja"
+TEMPLATE = Path(__file__).resolve().parents[2] / "simulator" / "qwen36_chat_template.jinja"
 REASONING_PIECES = tiny_qwen3.REASONING_PIECES  # the last ends with the "\n" the template puts before </think>
 ANSWER_PIECES = ["Let me check", " the weather for you.\n\n"]
 TOOL_NAME = "get_weather"
