@@ -169,6 +169,9 @@ def test_from_results_projects_a_finished_run(tmp_path: Path) -> None:
     assert data["input"]["plan"]["gpus"] == 2 and not data["input"]["plan"]["gpus_assumed"]
     strata = {row["stratum"]: row for row in data["input"]["sample"]}
     assert strata["chat"]["mean"] == 100 and strata["code"]["mean"] == 300
+    # One length per stratum leaves nothing open, and no sample size to advise.
+    assert data["projection"]["precision"] == {"share": 0.0, "sampled": count, "prompts": count + 160,
+                                               "advised_sample": None}
 
 
 def test_from_results_without_timings_cannot_project(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@ bootstrap replicates the estimate's intervals come from."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from client.estimate.model import (
@@ -10,11 +12,13 @@ from client.estimate.model import (
     Interval,
     bootstrap_rates,
     bootstrap_totals,
+    finite_population_shrink,
     interval,
     makespan,
     quantile,
     tail_draws,
 )
+from client.estimate.project import advised_sample
 
 
 @pytest.mark.parametrize(("lengths", "slots", "per_slot", "kappa", "seconds"), [
@@ -83,3 +87,34 @@ def test_tail_draws_without_work_are_zero(lengths: list[int], jobs: int, per_slo
 def test_a_long_job_last_makes_a_tail() -> None:
     tails = tail_draws([1, 1000], [0.5, 0.5], jobs=8, slots=4, per_slot=10.0, seed=0)
     assert tails and all(t >= 0 for t in tails) and max(tails) > 0
+
+
+@pytest.mark.parametrize(("count", "sampled", "shrink"), [
+    (100, 0, 1.0),
+    (100, 75, 0.5),  # a quarter of the stratum unknown: half the spread of the mean
+    (100, 100, 0.0),  # the whole stratum measured
+    (10, 20, 1.0),  # borrowed lengths (more than the stratum holds) are not its own: full spread
+    (0, 5, 1.0),
+])
+def test_finite_population_shrink(count: int, sampled: int, shrink: float) -> None:
+    assert finite_population_shrink(count, sampled) == pytest.approx(shrink)
+
+
+def test_a_stratum_measured_whole_has_no_spread_and_a_large_share_narrows_it() -> None:
+    assert bootstrap_totals([(3, [1, 10, 100])], rounds=50, seed=2) == pytest.approx([111.0] * 50)
+    lengths = list(range(1, 101))
+    wide = bootstrap_totals([(10**9, lengths)], rounds=400, seed=5)
+    narrow = bootstrap_totals([(400, lengths)], rounds=400, seed=5)  # a quarter of the stratum measured
+    spread = [(max(xs) - min(xs)) / count for xs, count in ((wide, 10**9), (narrow, 400))]  # of the mean
+    assert spread[1] == pytest.approx(spread[0] * math.sqrt(0.75), rel=1e-5), "same draws, sqrt(1 - n/N) apart"
+
+
+@pytest.mark.parametrize(("share", "sampled", "prompts", "advised"), [
+    (0.04, 300, 3000, None),  # already within the goal
+    (0.10, 300, 10**12, 1200),  # twice too wide in a huge set: four times the sample
+    (0.20, 500, 1000, 942),  # half the set measured: the rest of the variance is what shrinks
+    (0.90, 10, 20, 20),  # at most the whole set
+    (0.10, 3000, 3000, None),  # the whole set measured
+])
+def test_advised_sample(share: float, sampled: int, prompts: int, advised: int | None) -> None:
+    assert advised_sample(share, sampled, prompts) == advised

@@ -231,30 +231,19 @@ def interval(point: float, replicates: list[float], coverage: float = 0.9) -> In
 
 
 def bootstrap_totals(strata: Sequence[tuple[int, Sequence[int]]], rounds: int, seed: int) -> list[float]:
-    """Replicates of sum(count * mean length) over strata, resampling each stratum's lengths.
+    """Replicates of sum(count * mean length) over strata, resampling each stratum's lengths: the one-column
+    case of `bootstrap_columns`, with its finite-population correction and its normal approximation."""
+    return bootstrap_columns([(count, [lengths]) for count, lengths in strata], rounds, seed)[0]
 
-    A stratum with more than EXACT_BOOTSTRAP_LIMIT lengths (a partial run's results) uses the normal
-    approximation of its mean, which is exact enough at that size and costs nothing.
-    """
-    rng = random.Random(seed)
-    moments = []
-    for count, lengths in strata:
-        n = len(lengths)
-        mean = sum(lengths) / n if n else 0.0
-        sd = statistics.pstdev(lengths) if n > 1 else 0.0
-        moments.append((count, lengths, n, mean, sd))
-    replicates = []
-    for _ in range(rounds):
-        total = 0.0
-        for count, lengths, n, mean, sd in moments:
-            if n == 0:
-                continue
-            if n > EXACT_BOOTSTRAP_LIMIT:
-                total += count * max(0.0, rng.gauss(mean, sd / math.sqrt(n)))
-            else:
-                total += count * sum(rng.choices(lengths, k=n)) / n
-        replicates.append(total)
-    return replicates
+
+def finite_population_shrink(count: int, sampled: int) -> float:
+    """How much of a sample mean's spread is left when `sampled` of a stratum's `count` prompts were measured
+    (sampling without replacement): sqrt(1 - n/N), 0 when the whole stratum was measured. A stratum that
+    borrows more lengths than it holds (the pooled lengths, for a stratum the sample missed) keeps the full
+    spread: those lengths are not its own."""
+    if count <= 0 or sampled > count:
+        return 1.0
+    return math.sqrt(1.0 - sampled / count)
 
 
 def bootstrap_rates(blocks: Sequence[tuple[float, float]], rounds: int, seed: int) -> list[float]:
@@ -273,9 +262,11 @@ def bootstrap_columns(strata: Sequence[tuple[int, Sequence[Sequence[float]]]], r
     columns of one stratum are resampled at the same records, so a ratio or a difference of two columns pairs
     up. Returns one list of `rounds` replicates per column.
 
-    As in `bootstrap_totals`, a stratum with more than EXACT_BOOTSTRAP_LIMIT records uses the normal
-    approximation of each column's mean, with one shared draw per round: columns of one stratum move
-    together, which at that size matters little (the spread of its mean is small).
+    A stratum's resampled mean keeps `finite_population_shrink` of its distance from the sample's mean: a
+    sample that is a large share of its stratum (a calibration of 1,000 of 3,000 prompts, a partial run's
+    results) leaves less of the stratum unknown. A stratum with more than EXACT_BOOTSTRAP_LIMIT records uses
+    the normal approximation of each column's mean, with one shared draw per round: columns of one stratum
+    move together, which at that size matters little (the spread of its mean is small).
     """
     rng = random.Random(seed)
     width = _common_width(strata)
@@ -288,8 +279,8 @@ def bootstrap_columns(strata: Sequence[tuple[int, Sequence[Sequence[float]]]], r
     return replicates
 
 
-# count, columns, records, per-column means, per-column standard errors of the mean
-_Moments = tuple[int, Sequence[Sequence[float]], int, list[float], list[float]]
+# count, columns, records, per-column means, per-column standard errors of the mean, finite-population shrink
+_Moments = tuple[int, Sequence[Sequence[float]], int, list[float], list[float], float]
 
 
 def _common_width(strata: Sequence[tuple[int, Sequence[Sequence[float]]]]) -> int:
@@ -306,22 +297,23 @@ def _moments(count: int, columns: Sequence[Sequence[float]]) -> _Moments:
         raise ValueError("the columns of a stratum must have one value per record")
     means = [sum(column) / n if n else 0.0 for column in columns]
     spreads = [statistics.pstdev(column) / math.sqrt(n) if n > 1 else 0.0 for column in columns]
-    return count, columns, n, means, spreads
+    return count, columns, n, means, spreads, finite_population_shrink(count, n)
 
 
 def _one_round(moments: list[_Moments], width: int, rng: random.Random) -> list[float]:
     """One bootstrap replicate of every column's total. The draws are taken in stratum order, so one seed
     always gives the same replicates."""
     totals = [0.0] * width
-    for count, columns, n, means, spreads in moments:
+    for count, columns, n, means, spreads, shrink in moments:
         if n == 0:
             continue
         if n > EXACT_BOOTSTRAP_LIMIT:
             z = rng.gauss(0.0, 1.0)
             for c in range(width):
-                totals[c] += count * max(0.0, means[c] + z * spreads[c])
+                totals[c] += count * max(0.0, means[c] + z * spreads[c] * shrink)
         else:
             picked = [math.floor(rng.random() * n) for _ in range(n)]
             for c, column in enumerate(columns):
-                totals[c] += count * sum(column[i] for i in picked) / n
+                resampled = sum(column[i] for i in picked) / n
+                totals[c] += count * (means[c] + (resampled - means[c]) * shrink)
     return totals

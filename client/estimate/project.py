@@ -8,6 +8,7 @@ purpose figures (the trainer's window, loops, and what stopping them saves) are 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from client.estimate.model import (
     tail_seconds,
 )
 from client.estimate.purpose import Purpose, purposes
+
+PRECISION_GOAL = 0.05  # the output tokens' 90% interval, as a share of the projection, that the advice aims at
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,43 @@ class Projection:
     warnings: tuple[str, ...]
     purpose: tuple[Purpose, ...] = ()  # per target: the trainer's window, loops, and what stopping them saves
     hardware: HardwareProjection | None = None  # other GPU kinds and counts (client.estimate.hardware): a model
+    precision: Precision | None = None  # the first target's output tokens: how open the sample leaves them
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """How far the sample's lengths leave the first target's output tokens open, and the sample that would
+    close them to PRECISION_GOAL: a heavy tail of long replies needs thousands of prompts, not hundreds."""
+
+    share: float  # the wider half of the output tokens' 90% interval, over the projected tokens
+    sampled: int  # prompts whose lengths were measured
+    prompts: int  # prompts in the set
+    advised_sample: int | None  # about this many measured prompts give PRECISION_GOAL (None: already there)
+
+
+def advised_sample(share: float, sampled: int, prompts: int, goal: float = PRECISION_GOAL) -> int | None:
+    """The sample size that brings a mean's interval from `share` to `goal`. A sample of n from N prompts
+    leaves a variance in proportion to 1/n - 1/N (without replacement), so n' solves
+    1/n' - 1/N = (1/n - 1/N) * (goal/share)^2; at most the whole set."""
+    if share <= goal or sampled <= 0 or sampled >= prompts:
+        return None
+    inverse = (1 / sampled - 1 / prompts) * (goal / share) ** 2 + 1 / prompts
+    return min(prompts, math.ceil(1 / inverse))
+
+
+def _precision(target: Target, rows: Sequence[Row], warnings: list[str]) -> Precision | None:
+    point = target.output_tokens.point
+    sampled = sum(len(sample) for _, _, sample, stats in rows if stats is not None)
+    if point <= 0 or sampled == 0:
+        return None
+    share = max(point - target.output_tokens.low, target.output_tokens.high - point) / point
+    advised = advised_sample(share, sampled, target.prompts)
+    if advised is not None:
+        widen = ("only measuring most of the set would" if advised > target.prompts // 2
+                 else f"a calibration sample of about {advised:,} prompts (--sample {advised}) would")
+        warnings.append(f"the {sampled:,} sampled lengths leave the output tokens within \u00b1{share:.0%} (90%); "
+                        f"{widen} narrow that to \u00b1{PRECISION_GOAL:.0%}")
+    return Precision(share, sampled, target.prompts, advised)
 
 
 # (stratum, prompts in the target, the lengths that stand for it, its measured sums if it was sampled)
@@ -180,6 +220,7 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
     slots = max(1, round(rate.concurrency))
     made = [_target(label, counts, found, rate, slots, settings, warnings) for label, counts in targets]
     first, rows = made[0]
+    precision = _precision(first, rows, warnings)
     lengths, weights = _weights(rows)
     hours = 1 / 3600
     caps = []
@@ -210,4 +251,4 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
     found_purpose = purposes(targets, found, rate, slots, settings.gpus, settings.train_window, settings.rounds,
                              settings.seed)
     return Projection(rate, slots, tuple(t for t, _ in made), tuple(caps), tuple(gpu_rows), tuple(warnings),
-                      found_purpose)
+                      found_purpose, precision=precision)
