@@ -5,7 +5,7 @@ how true is the run's ETA over the last 20% of a run, before and after client.co
         [--max-running 16] [--speed 10] [--tokens-per-chunk 8] [--mean-tokens 100] [--max-tokens 300]
         [--shape mixed|chat|reasoning|tools] [--tokenizer none|tiny]
         [--eta-prompts 1500] [--eta-mean-tokens 150] [--eta-max-tokens 2000] [--seed 0]
-        [--sampling-plan FILE] [--json]
+        [--sampling-plan FILE] [--follow-advice] [--json]
 
 --shape picks the prompt set and the servers' reply shape: `mixed` (the four sources below, the default),
 `chat` (short chat replies, no tools), `reasoning` (long thinking with a heavy Pareto tail:
@@ -14,7 +14,8 @@ call it). --sampling-plan runs both steps under that plan (the estimate with `--
 `--seed`, both --seed's value, so they draw alike) and adds, per setting, the tokens projected against the
 tokens the run's records of that setting hold. --tokenizer tiny serves replies in the tiny tokenizer's ids
 (the simulator's default), where a server that paced word pieces but counted ids would throw the estimate
-off.
+off. --follow-advice calibrates a second time when the first calibration's note advises a larger sample
+(its output tokens' 90% interval wider than +-5%), with the sample it names, and holds both to the run.
 
 Estimate: both steps are the real CLIs as subprocesses (`client.estimate --endpoints ...`, then
 `client.run`) on one fleet of `simulator` servers. The servers answer GET /sim/clock, so the estimate is
@@ -37,6 +38,7 @@ predicted / actual, over the samples of the last 20% of the run. Prints tables, 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -143,35 +145,66 @@ def own_cpu_s() -> float:
     return total
 
 
+def _estimate(work: Path, endpoints: str, data: Path, *, sample: str, max_tokens: int, seed: int, gpus: int,
+              seeded: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """One `client.estimate` calibration on the fleet, its --json answer."""
+    estimate = subprocess.run(
+        [sys.executable, "-m", "client.estimate", "--endpoints", endpoints, "--prompts", str(data),
+         "--sample", sample, "--max-tokens", str(max_tokens), "--out", str(work),
+         "--gpus", str(gpus), "--seed", str(seed), "--json",
+         *([*seeded, "--run-seed", str(seed)] if seeded else [])],
+        cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=900)
+    if estimate.returncode != 0:
+        raise RuntimeError(f"client.estimate exited {estimate.returncode}:\n{estimate.stderr[-3000:]}")
+    answer: dict[str, Any] = json.loads(estimate.stdout)
+    return answer
+
+
+def _against(result: dict[str, Any], actual: float, tokens: int) -> dict[str, Any]:
+    """An estimate's answer against the run: projected figures and their errors."""
+    whole = result["projection"]["targets"][0]
+    precision = result["projection"].get("precision") or {}
+    return {
+        "sample": result["input"]["sample_size"], "projected_tokens": whole["output_tokens"],
+        "projected_wall_s": whole["wall_s"], "error": round(whole["wall_s"]["point"] / actual - 1, 4),
+        "tokens_error": round(whole["output_tokens"]["point"] / tokens - 1, 4),
+        # The time per token projected against the run's: the error of the clock and the throughput alone,
+        # without the sample's error on the lengths (the tokens' error).
+        "time_per_token_error": round((whole["wall_s"]["point"] / whole["output_tokens"]["point"])
+                                      / (actual / tokens) - 1, 4),
+        "tokens_precision": precision.get("share"), "advised_sample": precision.get("advised_sample"),
+        "throughput": result["projection"]["throughput"]["tokens_per_s"],
+    }
+
+
 def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_tokens: int, seed: int,
-            sources: tuple[str, ...] = SOURCES, plan: Path | None = None) -> dict[str, Any]:
+            sources: tuple[str, ...] = SOURCES, plan: Path | None = None,
+            follow_advice: bool = False) -> dict[str, Any]:
     """Estimate from a sample, then run the whole set, both on the fleet at `urls`; the figures side by side.
+    With `follow_advice`, a second calibration takes the sample size the first one advised (when its output
+    tokens' interval was wider than +-5%), as a user reading its note would, and is held to the same run.
 
     `cpu_used_elsewhere` is the share of the machine's CPU that other processes used meanwhile: the
     comparison needs the machine to itself (see docs/estimate.md)."""
-    started, busy, ours = time.monotonic(), machine_busy_s(), own_cpu_s()
+    busy, ours = machine_busy_s(), own_cpu_s()
     data = write_prompts(work / "prompts.jsonl", prompts, sources)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     endpoints = ",".join(urls)
     seeded = ["--sampling-plan", str(plan)] if plan is not None else []
     started = time.monotonic()
-    estimate = subprocess.run(
-        [sys.executable, "-m", "client.estimate", "--endpoints", endpoints, "--prompts", str(data),
-         "--sample", sample, "--max-tokens", str(max_tokens), "--out", str(work / "calibration"),
-         "--gpus", str(len(urls)), "--seed", str(seed), "--json",
-         *([*seeded, "--run-seed", str(seed)] if seeded else [])],
-        cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=600)
+    calibrate = functools.partial(_estimate, endpoints=endpoints, data=data, max_tokens=max_tokens, seed=seed,
+                                  gpus=len(urls), seeded=seeded, env=env)
+    result = calibrate(work / "calibration", sample=sample)
+    advised = (result["projection"].get("precision") or {}).get("advised_sample")
+    second = calibrate(work / "calibration-advised", sample=str(advised)) if follow_advice and advised else None
     estimate_s = time.monotonic() - started
-    if estimate.returncode != 0:
-        raise RuntimeError(f"client.estimate exited {estimate.returncode}:\n{estimate.stderr[-3000:]}")
-    result = json.loads(estimate.stdout)
     clocks_before = modelled_clocks(urls)
     started = time.monotonic()
     full = subprocess.run(
         [sys.executable, "-m", "client.run", "--endpoints", endpoints, "--prompts", str(data),
          "--out", str(work / "full"), "--max-tokens", str(max_tokens), "--plain", "--progress-every", "30",
          *([*seeded, "--seed", str(seed)] if seeded else [])],
-        cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=900)
+        cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=1800)
     full_s = time.monotonic() - started
     if full.returncode != 0:
         raise RuntimeError(f"client.run exited {full.returncode}:\n{full.stderr[-3000:]}")
@@ -179,7 +212,6 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     capacity = (time.monotonic() - started) * (os.cpu_count() or 1)
     elsewhere = (machine_busy_s() - busy - (own_cpu_s() - ours)) / capacity
     span, records, tokens = run_span(work / "full")
-    whole = result["projection"]["targets"][0]
     settings = {t["label"].removeprefix("setting "): {"projected_tokens": t["output_tokens"], "prompts": t["prompts"],
                                                       "gpu_hours": t["gpu_hours"]}
                 for t in result["projection"]["targets"] if t["label"].startswith("setting ")}
@@ -190,19 +222,13 @@ def compare(work: Path, urls: list[str], *, prompts: int, sample: str, max_token
     clock = result["input"].get("clock", "wall")
     actual = modelled if clock == "modelled" else span
     return {
-        "prompts": prompts, "sample": result["input"]["sample_size"], "servers": len(urls),
+        "prompts": prompts, "servers": len(urls),
         "estimate_process_s": round(estimate_s, 2), "full_process_s": round(full_s, 2),
-        "projected_tokens": whole["output_tokens"], "actual_tokens": tokens, "actual_records": records,
-        "clock": clock, "projected_wall_s": whole["wall_s"], "actual_s": round(actual, 3),
-        "error": round(whole["wall_s"]["point"] / actual - 1, 4),
+        "actual_tokens": tokens, "actual_records": records, "clock": clock, "actual_s": round(actual, 3),
+        **_against(result, actual, tokens),
+        **({"advised": _against(second, actual, tokens)} if second is not None else {}),
         "actual_wall_s": round(span, 3), "actual_modelled_s": round(modelled, 3),
-        "tokens_error": round(whole["output_tokens"]["point"] / tokens - 1, 4),
-        # The time per token projected against the run's: the error of the clock and the throughput alone,
-        # without the sample's error on the lengths (the tokens' error).
-        "time_per_token_error": round((whole["wall_s"]["point"] / whole["output_tokens"]["point"])
-                                      / (actual / tokens) - 1, 4),
-        "throughput": result["projection"]["throughput"]["tokens_per_s"], "actual_throughput": tokens / actual,
-        "cpu_used_elsewhere": round(max(0.0, elsewhere), 3),
+        "actual_throughput": tokens / actual, "cpu_used_elsewhere": round(max(0.0, elsewhere), 3),
         **({"settings": settings} if plan is not None else {}),
     }
 
@@ -236,6 +262,8 @@ def main() -> int:
     parser.add_argument("--tokenizer", choices=["none", "tiny"], default="none")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampling-plan", type=Path)
+    parser.add_argument("--follow-advice", action="store_true",
+                        help="when the estimate advises a larger sample, calibrate again with it and compare both")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     report: dict[str, Any] = {}
@@ -267,7 +295,7 @@ def estimate_part(args: argparse.Namespace) -> dict[str, Any]:
             SimFleet([spec] * args.servers, seed=args.seed, log_dir=Path(tmp) / "sim-logs") as fleet:
         row = compare(Path(tmp), fleet.urls, prompts=args.prompts, sample=args.sample,
                       max_tokens=args.max_tokens * factor, seed=args.seed, sources=sources,
-                      plan=args.sampling_plan)
+                      plan=args.sampling_plan, follow_advice=args.follow_advice)
     return {"shape": args.shape, "tokenizer": args.tokenizer, "speed": args.speed, **row}
 
 
@@ -282,6 +310,13 @@ def print_estimate(row: dict[str, Any], seed: int) -> None:
           f"| {row['actual_s']:.1f}s | {row['error']:+.1%} | {row['time_per_token_error']:+.1%} "
           f"| {row['actual_wall_s'] * row['speed']:.1f}s "
           f"| {row['cpu_used_elsewhere']:.0%} |")
+    if "advised" in row:
+        advised = row["advised"]
+        wall, tokens = advised["projected_wall_s"], advised["projected_tokens"]
+        print(f"| ... the advised sample of {advised['sample']:,} | | | | "
+              f"| {tokens['point']:,.0f} ({tokens['low']:,.0f}-{tokens['high']:,.0f}) "
+              f"| {row['actual_tokens']:,} | {wall['point']:.1f}s ({wall['low']:.1f}-{wall['high']:.1f}) "
+              f"| {row['actual_s']:.1f}s | {advised['error']:+.1%} | {advised['time_per_token_error']:+.1%} | | |")
     if "settings" in row:
         print("\n| setting | prompts | projected tokens (90%) | actual tokens | error |")
         print("| --- | ---: | ---: | ---: | ---: |")

@@ -5,7 +5,8 @@ servers of 16 slots. The simulated output lengths are heavy-tailed and fixed by 
 sample is fixed by the seed, so the projected and the actual output tokens are the same numbers on every
 machine: the projection must land within 10% of the tokens the full run made. Both are timed on the
 servers' modelled clock. The full run's results, read back with --from-results, are refused: its run.json
-records the simulated fleet, whose results carry the host's wall clock, not a GPU's.
+records the simulated fleet, whose results carry the host's wall clock, not a GPU's. A heavy-tailed set whose
+small sample leaves the tokens open gets the sample size that closes them, and a calibration with it does.
 
 How close the projected time comes to the actual one is measured, not asserted: `python -m
 bench.estimate_vs_actual` (figures in docs/benchmarks.md).
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from bench.estimate_vs_actual import compare, sim_spec
+from bench.estimate_vs_actual import SHAPES, compare, sim_spec
 from tests.conftest import REPO
 
 TOLERANCE = 0.10
@@ -47,3 +48,20 @@ def test_a_sample_projects_the_full_runs_output_tokens(tmp_path: Path, fleet_fac
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "ran on a simulated fleet (2 server(s) at speed 10.0" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_heavy_tail_gets_the_sample_it_needs(tmp_path: Path, fleet_factory: Any) -> None:
+    """Long reasoning with a heavy tail: a small sample leaves the tokens wide open and the estimate names the
+    sample that closes them to about +-5%; a calibration with that sample does."""
+    sources, extra, factor = SHAPES["reasoning"]
+    spec = sim_spec(max_running=16, speed=20.0, tokens_per_chunk=8, mean_tokens=100, extra=extra)
+    fleet = fleet_factory([spec] * 2, seed=0)
+    row = compare(tmp_path, fleet.urls, prompts=1_500, sample="120", max_tokens=300 * factor, seed=0, sources=sources,
+                  follow_advice=True)
+    assert row["tokens_precision"] > 0.05 and row["advised_sample"] is not None, row
+    advised = row["advised"]
+    assert advised["sample"] == row["advised_sample"], "the second calibration sends the sample the first named"
+    assert advised["tokens_precision"] <= 0.065, advised  # about 5%: the advice is a normal approximation
+    tokens = advised["projected_tokens"]
+    assert tokens["low"] <= tokens["point"] <= tokens["high"]
