@@ -12,10 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
+from rich.console import Console
 
 from client.estimate.model import interval, makespan, quantile, sustained_throughput, tail_seconds
 from client.estimate.project import default_caps, default_gpus
-from client.estimate.report import _gpus
+from client.estimate.report import _gpus, _header
 from client.estimate.sample import allocate
 from simulator.fleet import SimServerSpec
 from tests.conftest import REPO
@@ -266,3 +267,19 @@ def test_projection_title_says_where_the_gpu_count_came_from(gpus: int, assumed:
                                                              server_gpus: int | None, title: str) -> None:
     info = {"plan": {"gpus": gpus, "gpus_assumed": assumed}, "gpus_from": gpus_from, "server_gpus": server_gpus}
     assert _gpus(info) == title
+
+
+@pytest.mark.parametrize(("plan", "says", "not_says"), [
+    (None, "thinking on;", "sampling plan"),
+    ({"name": "914k mix", "prompts": {"think": 550_477, "chat": 176_568}},
+     "sampling plan 914k mix (prompts per setting: think 550,477, chat 176,568);", "thinking on"),
+])
+def test_the_header_names_the_plans_mix_not_one_thinking_mode(plan: dict[str, Any] | None, says: str,
+                                                               not_says: str) -> None:
+    info: dict[str, Any] = {"prompts": 727_045, "strata": {"chat": 1}, "measured": 200, "mode": "results",
+                            "results": "runs/x", "models": ["m"], "thinking": True, "endpoints": ["a"],
+                            **({"sampling_plan": plan} if plan else {})}
+    console = Console(record=True, width=200)
+    _header(info, console)
+    text = console.export_text()
+    assert says in text and not_says not in text

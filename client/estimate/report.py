@@ -80,8 +80,13 @@ def _header(info: dict[str, Any], console: Console) -> None:
         head += f" from {info['results']}"
     console.print(head)
     models = ", ".join(info["models"]) or "?"
-    console.print(f"model {models}; thinking {'on' if info['thinking'] else 'off'}; "
-                  f"{len(info['endpoints'])} endpoint(s)")
+    plan = info.get("sampling_plan")
+    if plan:  # thinking is each setting's, not the run's: name the mix instead
+        mix = ", ".join(f"{name} {count:,}" for name, count in plan["prompts"].items())
+        sampling = f"sampling plan {plan['name']} (prompts per setting: {mix})"
+    else:
+        sampling = f"thinking {'on' if info['thinking'] else 'off'}"
+    console.print(f"model {models}; {sampling}; {len(info['endpoints'])} endpoint(s)")
 
 
 def _input_problems(info: dict[str, Any], console: Console) -> None:
