@@ -47,7 +47,9 @@ examples:
       --train-window 4096
 
 method: see docs/estimate.md. Throughput is measured only while the fleet was saturated, so the sample
-must be several times the fleet's decode slots (the default sample is 5x the slots, at least 500).
+must be several times the fleet's decode slots (the default sample is 5x the slots, at least 500). Long
+reasoning has a heavy tail: when the sample leaves the output tokens' interval wider than +-5%, the report
+names the sample that would narrow it to +-5% (--json: projection.precision).
 
 exit codes:
   0    projection printed
