@@ -1,6 +1,7 @@
 """What the docs claim about the code stays true: the modules they name exist, the run's diagram names every
 step of the data path, argparse stays where docs/architecture.md says, its module-size limit is the test's,
-and the README stays a front page (at most 250 lines) whose Quickstart reaches a training file."""
+and the README stays a front page (at most 250 lines) whose Quickstart reaches a training file; the times the
+docs give for the tests and the Quickstart are the ones docs/test-suite.md measured on a busy machine."""
 
 from __future__ import annotations
 
@@ -95,3 +96,24 @@ def test_the_readme_is_a_front_page() -> None:
     text = "\n".join(lines)
     for page in sorted(DOCS.glob("*.md")):
         assert f"(docs/{page.name})" in text, f"README.md's table of topics does not name docs/{page.name}"
+
+
+# Where the project says how long a step takes: each such figure is one the busy-machine table measured.
+TIMING_PAGES = ("README.md", "Makefile", "docs/development.md")
+_VAGUE = re.compile(r"about a minute|a few minutes|in minutes", re.IGNORECASE)
+_CLAIMED = re.compile(r"(\d+) minutes on a busy 2-core machine")
+
+
+def _measured_minutes() -> set[int]:
+    """The whole minutes of each wall time in docs/test-suite.md's busy-machine table ("21 min 47 s" -> 22)."""
+    page = (DOCS / "test-suite.md").read_text()
+    table = page.split("## Measured on a busy machine", 1)[1].split("\n## ", 1)[0]
+    return {round(int(m) + int(s) / 60) for m, s in re.findall(r"(\d+) min (\d+) s", table)}
+
+
+@pytest.mark.parametrize("page", TIMING_PAGES)
+def test_the_times_the_docs_give_are_the_measured_ones(page: str) -> None:
+    text = (REPO / page).read_text()
+    assert not _VAGUE.findall(text), f"{page}: say what it takes on a two-core machine, as measured"
+    measured = _measured_minutes()
+    assert {int(n) for n in _CLAIMED.findall(text)} <= measured, (page, measured)

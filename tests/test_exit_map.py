@@ -7,7 +7,9 @@ no traceback. Before the map, a full stdout was a traceback and exit 1 (audit, e
 How each case gets its code, without a fixed sleep: a full disk is /dev/full (stdout) or a file size limit
 (RLIMIT_FSIZE, a write past it fails with EFBIG); a stop is sent while the tool is blocked reading a segment
 that is a FIFO (the test's open of its write end returns once the tool has opened it), or, for client.run,
-once a silent server has accepted the run's first connection."""
+once a silent server has accepted the run's first connection. client.run's other codes run on one simulated
+server (`--simulate 1`; a 500 on every request for 1, a file size limit for 4); its 5 (segments not in S3 yet)
+needs the S3 server: tests/test_s3_e2e.py, as client.status's 3 (a stale shard) is in tests/test_status_fleet.py."""
 
 from __future__ import annotations
 
@@ -116,6 +118,12 @@ def _run_stopped_at_connect(tmp: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess([], proc.returncode, stdout, stderr)
 
 
+def _bad_prompts(tmp: Path) -> Path:
+    path = tmp / "bad.jsonl"
+    path.write_bytes(b"{not json\n[1]\n")
+    return path
+
+
 def _tok() -> str:
     return str(tiny_tokenizer_dir())
 
@@ -169,6 +177,16 @@ CASES: list[tuple[str, int, str, Callable[[Dirs], subprocess.CompletedProcess[st
     ("status", 4, "json to a full stdout", lambda d: _tool(["client.status", str(d.ok), "--json"], stdout_full=True)),
     ("status", 130, "Ctrl-C", lambda d: _stopped_reading_fifo(["client.status", str(d.piped)],
                                                                 d.piped / "segments" / "h-0of1-r-00001.jsonl")),
+    ("run", 0, "every prompt done", lambda d: _tool(["client.run", "--simulate", "1", "--prompts", str(d.prompts),
+                                                     "--out", str(d.tmp / "o")])),
+    ("run", 1, "prompts failed after all attempts", lambda d: _tool(
+        ["client.run", "--simulate", "1", "--sim-arg=--fail-500", "--sim-arg=1", "--max-attempts", "1", "--prompts",
+         str(d.prompts), "--out", str(d.tmp / "o")])),
+    ("run", 3, "no valid record", lambda d: _tool(["client.run", "--simulate", "1", "--prompts",
+                                                   str(_bad_prompts(d.tmp)), "--out", str(d.tmp / "o")])),
+    ("run", 4, "results on a full disk", lambda d: _tool(
+        ["client.run", "--simulate", "1", "--prompts", str(d.prompts), "--out", str(d.tmp / "o")],
+        preexec=_size_limit(4096))),
     ("run", 2, "unreachable fleet", lambda d: _tool(["client.run", "--endpoints", "http://127.0.0.1:9", "--prompts",
                                                      str(d.prompts), "--out", str(d.tmp / "o")])),
     ("run", 130, "Ctrl-C", lambda d: _run_stopped_at_connect(d.tmp)),
