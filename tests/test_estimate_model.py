@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from client.estimate.measure import StratumSample
 from client.estimate.model import (
     EXACT_BOOTSTRAP_LIMIT,
     Interval,
@@ -18,7 +19,7 @@ from client.estimate.model import (
     quantile,
     tail_draws,
 )
-from client.estimate.project import advised_sample
+from client.estimate.project import Row, Target, _precision, advised_sample
 
 
 @pytest.mark.parametrize(("lengths", "slots", "per_slot", "kappa", "seconds"), [
@@ -118,3 +119,25 @@ def test_a_stratum_measured_whole_has_no_spread_and_a_large_share_narrows_it() -
 ])
 def test_advised_sample(share: float, sampled: int, prompts: int, advised: int | None) -> None:
     assert advised_sample(share, sampled, prompts) == advised
+
+
+def _open_target(prompts: int) -> Target:
+    tokens = Interval(1000.0, 800.0, 1200.0)  # +-20%
+    return Target(label="whole set", prompts=prompts, output_tokens=tokens, reasoning_tokens=0, content_tokens=0,
+                  tool_tokens=0, prompt_tokens=0, tail_s=0, wall_s=tokens, gpu_hours=tokens)
+
+
+@pytest.mark.parametrize(("prompts", "in_files", "says"), [
+    (10**9, None, "a calibration sample of about 1,600 prompts (--sample 1600) would narrow that to \u00b15%"),
+    (10**9, 10**9, "(--sample 1600)"),
+    # --set-size from a file of 264: the advised sample is more than the file can give
+    (914_000, 264, "about 1,598 prompts would narrow that to \u00b15%, more than the 264 --prompts holds"),
+    (300, None, "only measuring most of the set would"),
+])
+def test_the_precision_note_names_a_sample_the_prompts_can_give(prompts: int, in_files: int | None,
+                                                                says: str) -> None:
+    rows: list[Row] = [("chat", prompts, [1, 2] * 50, StratumSample())]
+    warnings: list[str] = []
+    found = _precision(_open_target(prompts), rows, in_files, warnings)
+    assert found is not None and found.sampled == 100 and found.share == pytest.approx(0.2)
+    assert len(warnings) == 1 and "within \u00b120% (90%)" in warnings[0] and says in warnings[0], warnings

@@ -39,6 +39,7 @@ class Settings:
     rounds: int = 1000
     seed: int = 0
     train_window: int | None = None  # the trainer's window, prompt included (None: not reported)
+    prompts_in_files: int | None = None  # what --prompts holds, the most a sample can draw (--set-size scales it up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,7 @@ def advised_sample(share: float, sampled: int, prompts: int, goal: float = PRECI
     return min(prompts, math.ceil(1 / inverse))
 
 
-def _precision(target: Target, rows: Sequence[Row], warnings: list[str]) -> Precision | None:
+def _precision(target: Target, rows: Sequence[Row], in_files: int | None, warnings: list[str]) -> Precision | None:
     point = target.output_tokens.point
     sampled = sum(len(sample) for _, _, sample, stats in rows if stats is not None)
     if point <= 0 or sampled == 0:
@@ -115,10 +116,16 @@ def _precision(target: Target, rows: Sequence[Row], warnings: list[str]) -> Prec
     share = max(point - target.output_tokens.low, target.output_tokens.high - point) / point
     advised = advised_sample(share, sampled, target.prompts)
     if advised is not None:
-        widen = ("only measuring most of the set would" if advised > target.prompts // 2
-                 else f"a calibration sample of about {advised:,} prompts (--sample {advised}) would")
+        if in_files is not None and advised > in_files:
+            widen = (f"about {advised:,} prompts would narrow that to \u00b1{PRECISION_GOAL:.0%}, more than the "
+                     f"{in_files:,} --prompts holds: give a larger file shaped like the set")
+        elif advised > target.prompts // 2:
+            widen = f"only measuring most of the set would narrow that to \u00b1{PRECISION_GOAL:.0%}"
+        else:
+            widen = (f"a calibration sample of about {advised:,} prompts (--sample {advised}) would narrow that to "
+                     f"\u00b1{PRECISION_GOAL:.0%}")
         warnings.append(f"the {sampled:,} sampled lengths leave the output tokens within \u00b1{share:.0%} (90%); "
-                        f"{widen} narrow that to \u00b1{PRECISION_GOAL:.0%}")
+                        + widen)
     return Precision(share, sampled, target.prompts, advised)
 
 
@@ -220,7 +227,7 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
     slots = max(1, round(rate.concurrency))
     made = [_target(label, counts, found, rate, slots, settings, warnings) for label, counts in targets]
     first, rows = made[0]
-    precision = _precision(first, rows, warnings)
+    precision = _precision(first, rows, settings.prompts_in_files, warnings)
     lengths, weights = _weights(rows)
     hours = 1 / 3600
     caps = []
