@@ -108,6 +108,9 @@ def test_a_stratum_measured_whole_has_no_spread_and_a_large_share_narrows_it() -
     narrow = bootstrap_totals([(400, lengths)], rounds=400, seed=5)  # a quarter of the stratum measured
     spread = [(max(xs) - min(xs)) / count for xs, count in ((wide, 10**9), (narrow, 400))]  # of the mean
     assert spread[1] == pytest.approx(spread[0] * math.sqrt(0.75), rel=1e-5), "same draws, sqrt(1 - n/N) apart"
+    # Prompts none of which were measured (a partial run's remaining ones) keep the whole spread.
+    outside = bootstrap_totals([(400, lengths)], rounds=400, seed=5, within=False)
+    assert (max(outside) - min(outside)) / 400 == pytest.approx(spread[0], rel=1e-5)
 
 
 @pytest.mark.parametrize(("share", "sampled", "prompts", "advised"), [

@@ -230,10 +230,11 @@ def interval(point: float, replicates: list[float], coverage: float = 0.9) -> In
     return Interval(point, quantile(ordered, tail), quantile(ordered, 1 - tail))
 
 
-def bootstrap_totals(strata: Sequence[tuple[int, Sequence[int]]], rounds: int, seed: int) -> list[float]:
+def bootstrap_totals(strata: Sequence[tuple[int, Sequence[int]]], rounds: int, seed: int, *,
+                     within: bool = True) -> list[float]:
     """Replicates of sum(count * mean length) over strata, resampling each stratum's lengths: the one-column
     case of `bootstrap_columns`, with its finite-population correction and its normal approximation."""
-    return bootstrap_columns([(count, [lengths]) for count, lengths in strata], rounds, seed)[0]
+    return bootstrap_columns([(count, [lengths]) for count, lengths in strata], rounds, seed, within=within)[0]
 
 
 def finite_population_shrink(count: int, sampled: int) -> float:
@@ -257,20 +258,22 @@ def bootstrap_rates(blocks: Sequence[tuple[float, float]], rounds: int, seed: in
 
 
 def bootstrap_columns(strata: Sequence[tuple[int, Sequence[Sequence[float]]]], rounds: int,
-                      seed: int) -> list[list[float]]:
+                      seed: int, *, within: bool = True) -> list[list[float]]:
     """Replicates of sum(count * mean) over strata for several per-record columns at once: per round, the
     columns of one stratum are resampled at the same records, so a ratio or a difference of two columns pairs
     up. Returns one list of `rounds` replicates per column.
 
     A stratum's resampled mean keeps `finite_population_shrink` of its distance from the sample's mean: a
     sample that is a large share of its stratum (a calibration of 1,000 of 3,000 prompts, a partial run's
-    results) leaves less of the stratum unknown. A stratum with more than EXACT_BOOTSTRAP_LIMIT records uses
-    the normal approximation of each column's mean, with one shared draw per round: columns of one stratum
-    move together, which at that size matters little (the spread of its mean is small).
+    results) leaves less of the stratum unknown. `within=False` is for counts that hold none of the measured
+    prompts (a partial run's remaining prompts): their whole mean is unknown, so no correction. A stratum with
+    more than EXACT_BOOTSTRAP_LIMIT records uses the normal approximation of each column's mean, with one
+    shared draw per round: columns of one stratum move together, which at that size matters little (the
+    spread of its mean is small).
     """
     rng = random.Random(seed)
     width = _common_width(strata)
-    moments = [_moments(count, columns) for count, columns in strata]
+    moments = [_moments(count, columns, within) for count, columns in strata]
     replicates: list[list[float]] = [[] for _ in range(width)]
     for _ in range(rounds):
         totals = _one_round(moments, width, rng)
@@ -291,13 +294,13 @@ def _common_width(strata: Sequence[tuple[int, Sequence[Sequence[float]]]]) -> in
     return width
 
 
-def _moments(count: int, columns: Sequence[Sequence[float]]) -> _Moments:
+def _moments(count: int, columns: Sequence[Sequence[float]], within: bool) -> _Moments:
     n = len(columns[0])
     if any(len(column) != n for column in columns):
         raise ValueError("the columns of a stratum must have one value per record")
     means = [sum(column) / n if n else 0.0 for column in columns]
     spreads = [statistics.pstdev(column) / math.sqrt(n) if n > 1 else 0.0 for column in columns]
-    return count, columns, n, means, spreads, finite_population_shrink(count, n)
+    return count, columns, n, means, spreads, finite_population_shrink(count, n) if within else 1.0
 
 
 def _one_round(moments: list[_Moments], width: int, rng: random.Random) -> list[float]:

@@ -40,6 +40,7 @@ class Settings:
     seed: int = 0
     train_window: int | None = None  # the trainer's window, prompt included (None: not reported)
     prompts_in_files: int | None = None  # what --prompts holds, the most a sample can draw (--set-size scales it up)
+    outside_sample: tuple[str, ...] = ()  # labels of targets that hold none of the measured prompts ("remaining")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +186,8 @@ def _target(label: str, counts: dict[str, int], found: Measurements, rate: Throu
     lengths, weights = _weights(rows)
     tails = tail_draws(lengths, weights, prompts, slots, rate.per_slot, settings.seed, rate.kappa)
     tail = statistics.fmean(tails)
-    totals = bootstrap_totals([(count, sample) for _, count, sample, _ in rows], settings.rounds, settings.seed)
+    totals = bootstrap_totals([(count, sample) for _, count, sample, _ in rows], settings.rounds, settings.seed,
+                              within=label not in settings.outside_sample)
     rates = bootstrap_rates(rate.blocks, settings.rounds, settings.seed)
     walls = [t / r + tails[i % len(tails)] if r > 0 else float("inf")
              for i, (t, r) in enumerate(zip(totals, rates, strict=True))]
@@ -256,6 +258,6 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
                         f"{rate.window_s / rate.typical_s:.1f} request lifetimes: the throughput, and so the wall "
                         "time, is rough. Send a larger --sample (at least 5x the fleet's decode slots)")
     found_purpose = purposes(targets, found, rate, slots, settings.gpus, settings.train_window, settings.rounds,
-                             settings.seed)
+                             settings.seed, settings.outside_sample)
     return Projection(rate, slots, tuple(t for t, _ in made), tuple(caps), tuple(gpu_rows), tuple(warnings),
                       found_purpose, precision=precision)

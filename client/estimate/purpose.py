@@ -162,13 +162,14 @@ def _saving(option: str, c: int, strata: list[tuple[int, Columns]], points: list
 
 
 def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throughput, slots: int, gpus: int,
-            window: int | None, rounds: int, seed: int) -> Purpose:
-    """The purpose figures of one target (prompts per stratum); see the module docstring."""
+            window: int | None, rounds: int, seed: int, *, within: bool = True) -> Purpose:
+    """The purpose figures of one target (prompts per stratum); see the module docstring. `within`: the target's
+    prompts include the measured ones (bootstrap_columns)."""
     strata, over, stopped = _gather(counts, found, window)
     prompts = sum(count for count, _ in strata)
     width = 6 if window is not None else 4
     points = [sum(count * sum(columns[c]) / len(columns[c]) for count, columns in strata) for c in range(width)]
-    replicates = bootstrap_columns(strata, rounds, seed) if strata else [[] for _ in range(width)]
+    replicates = bootstrap_columns(strata, rounds, seed, within=within) if strata else [[] for _ in range(width)]
     tails = _Tails.of(strata, prompts, slots, rate, seed)
     rates = bootstrap_rates(rate.blocks, rounds, seed)
     options = [("loop stop", LOOP_STOP)]
@@ -185,6 +186,8 @@ def purpose(label: str, counts: dict[str, int], found: Measurements, rate: Throu
 
 
 def purposes(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, rate: Throughput, slots: int,
-             gpus: int, window: int | None, rounds: int, seed: int) -> tuple[Purpose, ...]:
-    return tuple(purpose(label, counts, found, rate, slots, gpus, window, rounds, seed)
+             gpus: int, window: int | None, rounds: int, seed: int,
+             outside_sample: tuple[str, ...] = ()) -> tuple[Purpose, ...]:
+    return tuple(purpose(label, counts, found, rate, slots, gpus, window, rounds, seed,
+                         within=label not in outside_sample)
                  for label, counts in targets if sum(counts.values()))
