@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from prompts.sglang_input import TemplateInputError
-from simulator import generate, qwen36, status, tokenize, wire
+from simulator import generate, parsers, qwen36, status, tokenize, wire
 from simulator.config import STOP_TOKEN_ID, SimConfig
 from simulator.engine import Engine, EngineRequest
 from simulator.faults import Fault, FaultInjector, FaultKind
@@ -170,6 +170,26 @@ class _Prepared:
         self.message = self._message(self.target)
         return best
 
+    def whole_reply(self, tokenizer: SimTokenizer | None) -> tuple[list[int], bool]:
+        """The ids of the reply as the model would write it whole, and whether it ends by itself. A reply cut by
+        max_tokens is booked whole, so its continuation (`/generate` from its ids) goes on as the model would
+        have, into the rest of its reasoning, content and calls: the cut ids, then the ids of the text the
+        whole reply has after the cut. (A real engine's cut reply is the start of its uncut one, id for id;
+        the simulator tokenizes the text it cut, so at the cut its ids may split a word as the whole reply's
+        do not, and the continuation keeps the cut reply's ids as they are.)"""
+        assert self.output_ids is not None
+        if self.finish != "length" or tokenizer is None or self.script.style != "qwen3.6":
+            return self.output_ids, self.stop_id is not None
+        whole_script = dataclasses.replace(self.script, trim=None)
+        whole_target, whole_finish = whole_script.cut(None)
+        cut_text = qwen36.raw_text(self.script, self.target)
+        whole_text = qwen36.raw_text(whole_script, whole_target)
+        stopped = whole_finish != "length"
+        if not whole_text.startswith(cut_text):
+            return self.output_ids, False  # the Markov rule continues it
+        rest = tokenizer.text_ids(whole_text[len(cut_text):], self.req.thinking, stopped)
+        return [*self.output_ids, *rest.ids], stopped
+
     def sglext(self) -> dict[str, Any]:
         """The `SglExt` fields asked for, in its field order."""
         ext: dict[str, Any] = {}
@@ -209,7 +229,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                      headers={"Retry-After": retry})
 
     if plan.prompt_ids is not None and plan.output_ids is not None:
-        st.book.add(plan.prompt_ids, plan.output_ids, plan.stop_id is not None)
+        st.book.add(plan.prompt_ids, *plan.whole_reply(st.tokenizer))
     ereq = st.engine.submit(plan.tally.tokens, plan.script.prompt_tokens)
     call = _Call(request, st.config, plan, fault, ereq)
     try:
@@ -346,6 +366,18 @@ async def native_generate(request: web.Request) -> web.StreamResponse:
     return await generate.serve(request, st.tokenizer, st.engine, st.book, st.markov, st.config.seed, fault)
 
 
+async def detokenize(request: web.Request) -> web.Response:
+    return await parsers.detokenize(request, request.app[STATE].tokenizer)
+
+
+async def separate_reasoning(request: web.Request) -> web.Response:
+    return await parsers.separate(request)
+
+
+async def parse_function_call(request: web.Request) -> web.Response:
+    return await parsers.function_calls(request, request.app[STATE].config.tool_call_parser)
+
+
 async def health(request: web.Request) -> web.Response:
     return web.Response(status=200 if request.app[STATE].ready else 503)
 
@@ -412,6 +444,10 @@ def build_app(config: SimConfig) -> web.Application:
     r.add_post("/generate", native_generate)
     for path in tokenize.PATHS:
         r.add_post(path, tokenize.handler(app[STATE]))
+    r.add_post("/v1/detokenize", detokenize)
+    r.add_post("/detokenize", detokenize)
+    r.add_post("/separate_reasoning", separate_reasoning)
+    r.add_post("/parse_function_call", parse_function_call)
     r.add_get("/health", health)
     r.add_get("/health_generate", health)
     r.add_get("/v1/models", list_models)

@@ -29,15 +29,12 @@ def _filled(record: dict[str, object]) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def read_too_long_ids(out_dir: Path, train_window: int | None = None) -> set[str]:
-    """Ids whose last recorded failure is `too_long`, or `fills_window` for a window at least as wide as
-    `train_window` (a later, other failure of the same id wins). A prompt that filled a narrower window, or
-    any window when the run has none now, may fit: it is sent again."""
-    latest: dict[str, str] = {}
-    filled: dict[str, int | None] = {}
+def latest_failures(out_dir: Path) -> dict[str, tuple[str, int | None]]:
+    """Per failed id, its last recorded failure: the error class and (fills_window) the window it filled."""
+    latest: dict[str, tuple[str, int | None]] = {}
     folder = out_dir / FAILURES_DIR
     if not folder.is_dir():
-        return set()
+        return latest
     for path in sorted(folder.glob("failures-*.jsonl")):  # run ids sort by start time
         with path.open("rb") as handle:
             for raw in handle:
@@ -46,12 +43,17 @@ def read_too_long_ids(out_dir: Path, train_window: int | None = None) -> set[str
                 except orjson.JSONDecodeError:
                     continue  # a line torn by a crash; its prompt is simply retried
                 if isinstance(record, dict) and isinstance(record.get("id"), str):
-                    latest[record["id"]] = str(record.get("error_class", ""))
-                    filled[record["id"]] = _filled(record)
+                    latest[record["id"]] = (str(record.get("error_class", "")), _filled(record))
+    return latest
 
-    def still_fills(prompt_id: str) -> bool:
-        window = filled.get(prompt_id)
+
+def read_too_long_ids(out_dir: Path, train_window: int | None = None) -> set[str]:
+    """Ids whose last recorded failure is `too_long`, or `fills_window` for a window at least as wide as
+    `train_window` (a later, other failure of the same id wins). A prompt that filled a narrower window, or
+    any window when the run has none now, may fit: it is sent again."""
+
+    def still_fills(window: int | None) -> bool:
         return train_window is not None and (window is None or window >= train_window)
 
-    return {prompt_id for prompt_id, error_class in latest.items()
-            if error_class == TOO_LONG or (error_class == FILLS_WINDOW and still_fills(prompt_id))}
+    return {prompt_id for prompt_id, (error_class, window) in latest_failures(out_dir).items()
+            if error_class == TOO_LONG or (error_class == FILLS_WINDOW and still_fills(window))}

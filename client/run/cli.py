@@ -128,11 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "num_accelerators, when every server does; else GPU-hours show '? (--gpus N)')")
 
     data = parser.add_argument_group("input and output")
-    data.add_argument("--prompts", action="append", required=True, metavar="FILE|DIR",
+    data.add_argument("--prompts", action="append", metavar="FILE|DIR",
                       help="PromptRecord JSONL file (.jsonl, .jsonl.gz or .jsonl.zst), or a directory of them "
                            "(read in sorted order); repeat for several")
     data.add_argument("--out", required=True, type=non_empty_path, metavar="DIR",
                       help="results directory (segments/, failures/)")
+    data.add_argument("--extend", type=Path, metavar="FROM",
+                      help="instead of prompts: a finished run's --out; the replies its limit cut (finish_reason "
+                           "length, with exact token ids) are continued from their ids under a larger "
+                           "--train-window or --max-tokens, and written with every other record of FROM into "
+                           "--out, a new run; FROM is only read")
     data.add_argument("--allow-nonempty-out", action="store_true",
                       help="write the run into an --out that already holds other files and no run (default: "
                            "refuse it, exit 2: a run's segments/, failures/ and run.json belong in a directory of "
@@ -320,6 +325,12 @@ def settings_from(args: argparse.Namespace) -> SamplingSettings:
 
 # Options that do not go together: (the test, the one line argparse exits 2 with), checked in this order.
 _MISUSE: tuple[tuple[Callable[[argparse.Namespace], bool], str], ...] = (
+    (lambda a: not a.prompts and a.extend is None, "the following arguments are required: --prompts"),
+    (lambda a: bool(a.prompts) and a.extend is not None,
+     "--extend continues the records of a finished run: it takes no --prompts"),
+    (lambda a: a.extend is not None and bool(a.s3 or a.sampling_plan or a.shard or a.turns == "all"),
+     "--extend runs on one host without --s3, --sampling-plan, --shard or --turns all (the records keep their "
+     "own sampling)"),
     (lambda a: bool(a.endpoints) == bool(a.simulate), "give exactly one of --endpoints or --simulate N"),
     (lambda a: not a.s3 and bool(a.delete_uploaded or a.s3_gzip or a.s3_endpoint_url),
      "--delete-uploaded, --s3-gzip and --s3-endpoint-url need --s3 s3://BUCKET/PREFIX"),
@@ -360,7 +371,8 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         if misused(args):
             parser.error(message)
     check_out_dir(Path(args.out), allow_nonempty=args.allow_nonempty_out)
-    resolve_prompt_files([Path(p) for p in args.prompts])  # missing, a JSON array, another shape: before any server
+    # Missing, a JSON array, another shape: before any server.
+    resolve_prompt_files([Path(p) for p in args.prompts or ()])
     fleet = FleetConfig(
         urls=tuple(parse_endpoints(args.endpoints)) if args.endpoints else (), model=args.model,
         api_key=args.api_key, network=network_from(args), max_in_flight=args.max_in_flight, slots=args.slots,
@@ -384,11 +396,12 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
     except PlanError as exc:
         parser.error(f"--sampling-plan: {exc}")
     return RunConfig(
-        fleet=fleet, sampling=sampling, plan=plan, prompts=tuple(Path(p) for p in args.prompts), out=Path(args.out),
+        fleet=fleet, sampling=sampling, plan=plan, prompts=tuple(Path(p) for p in args.prompts or ()),
+        out=Path(args.out),
         view=view, s3=s3, simulate=simulate, turns=args.turns, strict=args.strict, show_problems=args.show_problems,
         allow_settings_change=args.allow_settings_change, retry_too_long=args.retry_too_long,
         redo_edited=args.redo_edited, redo_repetition=args.redo_repetition, shard=args.shard,
         shard_count=args.shard_count, segment_mb=args.segment_mb, segment_age=args.segment_age,
         max_attempts=args.max_attempts, max_requests_per_second=args.max_requests_per_second,
         max_retry_after=args.max_retry_after, grace=args.grace, loop_stop=args.loop_stop == "on",
-        train_window=args.train_window, tokenizer=args.tokenizer)
+        train_window=args.train_window, tokenizer=args.tokenizer, extend=args.extend)

@@ -78,6 +78,7 @@ class RunConfig:
     train_window: int | None = None
     plan: SamplingPlan | None = None  # --sampling-plan; None: one setting, `sampling`
     tokenizer: Path | None = None  # --tokenizer: count prompts here for servers that cannot
+    extend: Path | None = None  # --extend FROM: continue FROM's cut replies instead of reading prompts
 
     @property
     def segment_age_s(self) -> float:

@@ -21,6 +21,8 @@ from pathlib import Path
 from client.core import redact
 from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from client.core.loop import run_async
+from client.extend.job import ExtendConfig, run_extension
+from client.extend.select import Limits
 from client.local.lock import hold_out_lock
 from client.local.out_dir import NewOut
 from client.local.sink import ResultSink
@@ -48,8 +50,19 @@ def _simulated_fleet(sim: SimConfig) -> Iterator[tuple[str, ...]]:
         fleet.close()
 
 
+def extend_config(cfg: RunConfig, source: Path) -> ExtendConfig:
+    return ExtendConfig(source=source, out=cfg.out, limits=Limits(cfg.train_window, cfg.sampling.max_tokens),
+                        fleet=cfg.fleet, max_attempts=cfg.max_attempts, progress_every=cfg.view.progress_every,
+                        segment_mb=cfg.segment_mb, segment_age=cfg.segment_age)
+
+
 async def _main(cfg: RunConfig, stop: StopController) -> int:
     stop.cancel_on_signal()
+    if cfg.extend is not None:
+        try:
+            return await run_extension(extend_config(cfg, cfg.extend))
+        finally:
+            stop.release()
     try:
         async with contextlib.AsyncExitStack() as stack:
             run = Run(cfg, stop)

@@ -161,11 +161,10 @@ class Endpoint:
         """Served model ids."""
         return (await self.model_catalog()).ids
 
-    async def count_prompt(self, path: str, body: bytes, limit_s: float = 60.0) -> int:
-        """POST a tokenize request (SGLang `/v1/tokenize`, vLLM `/tokenize`: the chat request's messages, tools
-        and chat_template_kwargs) and return its `count`: the prompt's exact token count as this server
-        renders it. AttemptError as for any request; NotJSON, or ProtocolError without a count. The whole
-        answer must come within `limit_s` (else StreamStalled), however the server paces its bytes."""
+    async def post_document(self, path: str, body: bytes, limit_s: float = 60.0) -> Any:
+        """POST a JSON request whose answer is one JSON document, read whole within `limit_s` (else
+        StreamStalled) and within the client's cap on a document's body. AttemptError as for any request;
+        NotJSON when the answer is not JSON."""
         pieces: list[bytes] = []
         size = 0
 
@@ -174,7 +173,7 @@ class Endpoint:
             size += len(data)
             if size > GET_BODY_LIMIT:
                 raise OversizedResponse(f"{self.url}{path} answered over {mib(GET_BODY_LIMIT)}, the client's cap "
-                                        "on a count's body")
+                                        "on a document's body")
             pieces.append(data)
             return True
 
@@ -183,10 +182,17 @@ class Endpoint:
             raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
         raw = b"".join(pieces)
         with mapped(Step(DOCUMENT, self.url + path, data=raw, content_type=response.headers.get("content-type"))):
-            document = orjson.loads(raw)
+            return orjson.loads(raw)
+
+    async def count_prompt(self, path: str, body: bytes, limit_s: float = 60.0) -> int:
+        """POST a tokenize request (SGLang `/v1/tokenize`, vLLM `/tokenize`: the chat request's messages, tools
+        and chat_template_kwargs) and return its `count`: the prompt's exact token count as this server
+        renders it. AttemptError as for any request; NotJSON, or ProtocolError without a count. The whole
+        answer must come within `limit_s` (else StreamStalled), however the server paces its bytes."""
+        document = await self.post_document(path, body, limit_s)
         count = document.get("count") if isinstance(document, dict) else None
         if type(count) is not int:
-            raise ProtocolError(f"{self.url}{path} answered without a token count: {raw[:200]!r}")
+            raise ProtocolError(f"{self.url}{path} answered without a token count: {str(document)[:200]!r}")
         if count < 1:
             # A rendered chat prompt has tokens; a count below one would make the window's room a lie.
             raise ProtocolError(f"{self.url}{path} answered an impossible token count, {count}")

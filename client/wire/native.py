@@ -76,3 +76,68 @@ def parse_generated(raw: bytes, where: str) -> Generated:
     return Generated(ids, text if isinstance(text, str) else "", str(kind),
                      matched if type(matched) is int else None,
                      int(meta.get("prompt_tokens") or 0), int(meta.get("completion_tokens") or len(ids)))
+
+
+# SGLang's own text routes, which the stitching of a continued reply uses (client.extend.stitch): the whole
+# reply's text from its ids, then reasoning, content and tool calls split by the parsers the server runs for
+# its chat completions (SGLang 0.5.23 `http_server.py`: `/v1/detokenize` with `DetokenizeRequest`,
+# `/separate_reasoning` with `SeparateReasoningReqInput`, `/parse_function_call` with `ParseFunctionCallReq`).
+DETOKENIZE_PATH = "/v1/detokenize"
+SEPARATE_REASONING_PATH = "/separate_reasoning"
+PARSE_FUNCTION_CALL_PATH = "/parse_function_call"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCall:
+    """One tool call as `/parse_function_call` gives it: the name and the arguments' JSON text."""
+
+    name: str
+    arguments: str
+
+
+def detokenize_body(ids: list[int]) -> bytes:
+    # The chat completion's text skips special tokens too (SGLang's default): the same text its parsers saw.
+    return orjson.dumps({"tokens": ids, "skip_special_tokens": True})
+
+
+def separate_reasoning_body(text: str, parser: str) -> bytes:
+    return orjson.dumps({"text": text, "reasoning_parser": parser})
+
+
+def parse_function_call_body(text: str, tools: list[dict[str, Any]], parser: str) -> bytes:
+    return orjson.dumps({"text": text, "tools": tools, "tool_call_parser": parser})
+
+
+def parse_detokenized(doc: Any, where: str) -> str:
+    text = doc.get("text") if isinstance(doc, dict) else None
+    if not isinstance(text, str):
+        raise ProtocolError(f"{where} answered {DETOKENIZE_PATH} without a text: {str(doc)[:200]!r}")
+    return text
+
+
+def parse_separated(doc: Any, where: str) -> tuple[str, str]:
+    """(reasoning, the text after it)."""
+    reasoning = doc.get("reasoning_text") if isinstance(doc, dict) else None
+    text = doc.get("text") if isinstance(doc, dict) else None
+    if not isinstance(text, str) or not isinstance(reasoning, str | None):
+        raise ProtocolError(f"{where} answered {SEPARATE_REASONING_PATH} without reasoning_text and text: "
+                            f"{str(doc)[:200]!r}")
+    return reasoning or "", text
+
+
+def parse_function_calls(doc: Any, where: str) -> tuple[str, list[ParsedCall]]:
+    """(the text outside the calls, the calls in order)."""
+    normal = doc.get("normal_text") if isinstance(doc, dict) else None
+    calls = doc.get("calls") if isinstance(doc, dict) else None
+    if not isinstance(normal, str) or not isinstance(calls, list):
+        raise ProtocolError(f"{where} answered {PARSE_FUNCTION_CALL_PATH} without normal_text and calls: "
+                            f"{str(doc)[:200]!r}")
+    parsed: list[ParsedCall] = []
+    for call in calls:
+        name = call.get("name") if isinstance(call, dict) else None
+        arguments = call.get("parameters") if isinstance(call, dict) else None
+        if not isinstance(name, str) or not isinstance(arguments, str):
+            raise ProtocolError(f"{where} answered {PARSE_FUNCTION_CALL_PATH} with a call without a name and "
+                                f"parameters: {str(call)[:200]!r}")
+        parsed.append(ParsedCall(name, arguments))
+    return normal, parsed
