@@ -6,7 +6,8 @@ its reply's own ids (`return_token_ids`) decoded as SGLang's detokenizer does (s
 SGLang's `ReasoningParser("qwen3")` and `FunctionCallParser(..., "qwen3_coder")`, imported from its venv
 (tests/engines/sglang_parsers.py, `serving_chat.py`'s steps), parse that text whole and token by token. The
 simulator's answers, whole and streamed (deltas put together per field and per call), must equal theirs on
-every one of REPLIES generated replies with tools: several tool schemas (strings, enums, integers, numbers,
+every one of REPLIES generated replies with tools (and so must the split of the simulator's text routes,
+`/v1/detokenize`, `/separate_reasoning` and `/parse_function_call`, which stitch a continued reply): several tool schemas (strings, enums, integers, numbers,
 booleans, arrays, objects, nulls, no arguments, unicode), one to three calls, thinking on and off,
 `tool_choice` auto, required, named and none, single and multi-turn prompts, and one in eight cut by
 `max_tokens` in its reasoning or content. Not held: a reply cut inside a call. SGLang's whole answer then keeps
@@ -169,6 +170,20 @@ def _streamed(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"reasoning": reasoning or None, "content": content, "calls": [calls[i] for i in sorted(calls)]}
 
 
+def _text_routes(url: str, ids: list[int], tools: list[dict[str, Any]], thinking: bool) -> dict[str, Any]:
+    """The reply split by the simulator's text routes as client.extend.stitch calls them: `/v1/detokenize`,
+    `/separate_reasoning` (the text behind `<think>` when thinking is on, as the chat's forced reasoning reads
+    it) and `/parse_function_call`."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        text = client.post("/v1/detokenize", json={"tokens": ids}).json()["text"]
+        split = client.post("/separate_reasoning", json={"text": ("<think>" if thinking else "") + text,
+                                                         "reasoning_parser": "qwen3"}).json()
+        parsed = client.post("/parse_function_call", json={"text": split["text"], "tools": tools,
+                                                           "tool_call_parser": "qwen3_coder"}).json()
+    calls = [{"name": c["name"], "arguments": c["parameters"]} for c in parsed["calls"]]
+    return {"reasoning": split["reasoning_text"] or None, "content": parsed["normal_text"], "calls": calls}
+
+
 def _ask(url: str, body: dict[str, Any]) -> dict[str, Any]:
     resp = httpx.post(f"{url}/v1/chat/completions", json={**body, "return_token_ids": True}, timeout=120)
     assert resp.status_code == 200, resp.text
@@ -194,6 +209,8 @@ def test_replies_parse_as_sglang_parses_them(sim_url: str, parsers: Parsers) -> 
         real = parsers.parse(case)
         sim_whole = _whole(choice["message"])
         assert sim_whole == real["whole"], (i, case["text"])
+        if body.get("tool_choice") != "none":  # tool parsing on: what a continued reply is split with
+            assert _text_routes(sim_url, ids, body["tools"], thinking) == real["whole"], (i, case["text"])
         streamed = _streamed(sim_url, body)
         del real["streamed"]["deltas"]
         assert streamed == real["streamed"], (i, case["text"])
