@@ -20,7 +20,8 @@ from simulator.tokens import check_dir
 _DESCRIPTION = """\
 Serve over HTTP what a client sees of an SGLang 0.5.23 server running Qwen3.6-27B with
 --reasoning-parser qwen3 and --tool-call-parser qwen3_coder: streaming and non-streaming
-/v1/chat/completions, /health, /v1/models, /v1/loads, /get_load, /metrics, /server_info.
+/v1/chat/completions, /health, /v1/models, /v1/loads, /get_load, /metrics, /server_info, and with
+--tokenizer /generate, /v1/tokenize, /v1/detokenize, /separate_reasoning and /parse_function_call.
 Replies are deterministic in the request content and --seed; throughput follows a GPU-like
 capacity model (bounded batch per DP rank, FIFO queue); failures can be injected at given rates."""
 

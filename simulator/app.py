@@ -171,12 +171,9 @@ class _Prepared:
         return best
 
     def whole_reply(self, tokenizer: SimTokenizer | None) -> tuple[list[int], bool]:
-        """The ids of the reply as the model would write it whole, and whether it ends by itself. A reply cut by
-        max_tokens is booked whole, so its continuation (`/generate` from its ids) goes on as the model would
-        have, into the rest of its reasoning, content and calls: the cut ids, then the ids of the text the
-        whole reply has after the cut. (A real engine's cut reply is the start of its uncut one, id for id;
-        the simulator tokenizes the text it cut, so at the cut its ids may split a word as the whole reply's
-        do not, and the continuation keeps the cut reply's ids as they are.)"""
+        """The reply's ids as the model would write it whole, and whether it ends by itself: a cut reply is booked
+        as its ids then those of the whole reply's text after the cut, so `/generate` continues it into the
+        rest of its reasoning, content and calls (simulator.generate's docstring says how the ids may differ)."""
         assert self.output_ids is not None
         if self.finish != "length" or tokenizer is None or self.script.style != "qwen3.6":
             return self.output_ids, self.stop_id is not None
@@ -366,18 +363,6 @@ async def native_generate(request: web.Request) -> web.StreamResponse:
     return await generate.serve(request, st.tokenizer, st.engine, st.book, st.markov, st.config.seed, fault)
 
 
-async def detokenize(request: web.Request) -> web.Response:
-    return await parsers.detokenize(request, request.app[STATE].tokenizer)
-
-
-async def separate_reasoning(request: web.Request) -> web.Response:
-    return await parsers.separate(request)
-
-
-async def parse_function_call(request: web.Request) -> web.Response:
-    return await parsers.function_calls(request, request.app[STATE].config.tool_call_parser)
-
-
 async def health(request: web.Request) -> web.Response:
     return web.Response(status=200 if request.app[STATE].ready else 503)
 
@@ -444,10 +429,9 @@ def build_app(config: SimConfig) -> web.Application:
     r.add_post("/generate", native_generate)
     for path in tokenize.PATHS:
         r.add_post(path, tokenize.handler(app[STATE]))
-    r.add_post("/v1/detokenize", detokenize)
-    r.add_post("/detokenize", detokenize)
-    r.add_post("/separate_reasoning", separate_reasoning)
-    r.add_post("/parse_function_call", parse_function_call)
+    for path, handler in parsers.routes(lambda req: req.app[STATE].tokenizer,
+                                        lambda req: req.app[STATE].config.tool_call_parser):
+        r.add_post(path, handler)
     r.add_get("/health", health)
     r.add_get("/health_generate", health)
     r.add_get("/v1/models", list_models)

@@ -17,6 +17,10 @@ ids goes on as the uninterrupted reply did (what a greedy or seeded engine does)
   `/generate`) is in its reply book; input ids that are such a prompt plus the start of its reply get the
   rest of that reply. The book is the server's memory, like a model's weights it is not shared between
   processes: a continuation on another simulated server falls to the next rule;
+  A chat reply cut by max_tokens is booked as the model would have written it whole: its cut ids, then the
+  ids of the whole reply's text after the cut. A real engine's cut reply is the start of its uncut one id for
+  id; the simulator tokenizes the text it cut, so at the cut its ids may split a word as the whole reply's do
+  not, and the continuation keeps the cut reply's ids as they are;
 - any other context gets a Markov reply: each next id is drawn from a hash of the seed and the last
   `_ORDER` ids, so it too continues from any prefix of itself.
 """

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -171,3 +172,19 @@ async def function_calls(request: web.Request, served_parser: str) -> web.Respon
         return json_response({"normal_text": body["text"], "calls": []})
     normal, calls = parse_calls(str(body["text"]), tools)
     return json_response({"normal_text": normal, "calls": calls})
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def routes(tokenizer_of: Callable[[web.Request], SimTokenizer | None],
+           served_parser_of: Callable[[web.Request], str]) -> list[tuple[str, Handler]]:
+    """The POST routes, as SGLang names them, for the app's router."""
+    async def detokenize_route(request: web.Request) -> web.Response:
+        return await detokenize(request, tokenizer_of(request))
+
+    async def calls_route(request: web.Request) -> web.Response:
+        return await function_calls(request, served_parser_of(request))
+
+    return [("/v1/detokenize", detokenize_route), ("/detokenize", detokenize_route),
+            ("/separate_reasoning", separate), ("/parse_function_call", calls_route)]

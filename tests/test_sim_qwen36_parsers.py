@@ -7,9 +7,10 @@ SGLang's `ReasoningParser("qwen3")` and `FunctionCallParser(..., "qwen3_coder")`
 (tests/engines/sglang_parsers.py, `serving_chat.py`'s steps), parse that text whole and token by token. The
 simulator's answers, whole and streamed (deltas put together per field and per call), must equal theirs on
 every one of REPLIES generated replies with tools (and so must the split of the simulator's text routes,
-`/v1/detokenize`, `/separate_reasoning` and `/parse_function_call`, which stitch a continued reply): several tool schemas (strings, enums, integers, numbers,
-booleans, arrays, objects, nulls, no arguments, unicode), one to three calls, thinking on and off,
-`tool_choice` auto, required, named and none, single and multi-turn prompts, and one in eight cut by
+`/v1/detokenize`, `/separate_reasoning` and `/parse_function_call`, which stitch a continued reply):
+several tool schemas (strings, enums, integers, numbers, booleans, arrays, objects, nulls, no arguments,
+unicode), one to three calls, thinking on and off, `tool_choice` auto, required, named and none, single
+and multi-turn prompts, and one in eight cut by
 `max_tokens` in its reasoning or content. Not held: a reply cut inside a call. SGLang's whole answer then keeps
 the complete calls only (or, with none complete, what its fallback reads of the open one), where the
 simulator reports the open call's arguments as far as they went.

@@ -28,6 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from client.core.errors import AttemptError, ConfigError
 from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM
+from client.core.human_out import note as say
 from client.engine.continuation import Stitched
 from client.engine.result_rows import failure_record
 from client.extend.select import Decision, Limits, Verdict, decide
@@ -41,7 +42,6 @@ from client.local.ledger import read_done_ids
 from client.local.run_settings import RunRecord, read_run_file, write_run_file
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import iter_records
-from client.run.console import say
 from client.wire.endpoint import Endpoint
 
 _BATCH = 256

@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from client.core.human_out import note as say
 from client.extend.select import Verdict
-from client.run.console import say
 
 
 @dataclass
