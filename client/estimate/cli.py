@@ -202,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the trainer's window in tokens, prompt included (4096 for the DFlash recipe: "
                            "SpecForge's max_length): report the output tokens past it and what client.run "
                            "--train-window N would save (default: not reported)")
+    plan.add_argument("--extend-from", type=positive_int, metavar="N0",
+                      help="with --train-window N: price client.run --extend of a run made under --train-window N0 "
+                           "(narrower): the tokens and GPU-hours of continuing the replies N0 cut, against "
+                           "generating them again (default: not reported)")
     _hardware_options(parser)
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON")
     return parser
@@ -229,3 +233,6 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--s3-endpoint-url is for --from-results s3://BUCKET/PREFIX")
     if args.sim_arg and not args.simulate:
         parser.error("--sim-arg is passed to the simulated servers: it needs --simulate N")
+    if args.extend_from is not None and (args.train_window is None or args.extend_from >= args.train_window):
+        parser.error("--extend-from N0 prices extending a run made under a narrower window to --train-window N: "
+                     "it needs --train-window N, larger than N0")

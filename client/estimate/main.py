@@ -276,7 +276,7 @@ def estimate(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, Proj
     plan = Settings(gpus=gpus, gpus_assumed=not args.gpus and not server_gpus, max_tokens=max_tokens,
                     what_if_max_tokens=args.what_if_max_tokens or default_caps(max_tokens, longest),
                     what_if_gpus=args.what_if_gpus or default_gpus(gpus), rounds=args.rounds, seed=args.seed,
-                    train_window=args.train_window, prompts_in_files=counted.total,
+                    train_window=args.train_window, extend_from=args.extend_from, prompts_in_files=counted.total,
                     outside_sample=("remaining",) if args.from_results else ())
     info["plan"] = asdict(plan)
     info["loop_stop"] = loop_stop_assumption()

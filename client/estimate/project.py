@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from client.estimate.extension import ExtensionCost, extension_costs
 from client.estimate.hardware import HardwareProjection
 from client.estimate.measure import Measurements, StratumSample
 from client.estimate.model import (
@@ -39,6 +40,7 @@ class Settings:
     rounds: int = 1000
     seed: int = 0
     train_window: int | None = None  # the trainer's window, prompt included (None: not reported)
+    extend_from: int | None = None  # price extending a run made under this narrower window (client.estimate.extension)
     prompts_in_files: int | None = None  # what --prompts holds, the most a sample can draw (--set-size scales it up)
     outside_sample: tuple[str, ...] = ()  # labels of targets that hold none of the measured prompts ("remaining")
 
@@ -86,6 +88,7 @@ class Projection:
     purpose: tuple[Purpose, ...] = ()  # per target: the trainer's window, loops, and what stopping them saves
     hardware: HardwareProjection | None = None  # other GPU kinds and counts (client.estimate.hardware): a model
     precision: Precision | None = None  # the first target's output tokens: how open the sample leaves them
+    extension: tuple[ExtensionCost, ...] = ()  # per target: client.run --extend from --extend-from's window
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,5 +262,8 @@ def project(targets: Sequence[tuple[str, dict[str, int]]], found: Measurements, 
                         "time, is rough. Send a larger --sample (at least 5x the fleet's decode slots)")
     found_purpose = purposes(targets, found, rate, slots, settings.gpus, settings.train_window, settings.rounds,
                              settings.seed, settings.outside_sample)
+    extension = (extension_costs(targets, found, rate, settings.gpus, settings.extend_from, settings.train_window,
+                                 settings.max_tokens, settings.rounds, settings.seed, settings.outside_sample)
+                 if settings.extend_from is not None and settings.train_window is not None else ())
     return Projection(rate, slots, tuple(t for t, _ in made), tuple(caps), tuple(gpu_rows), tuple(warnings),
-                      found_purpose, precision=precision)
+                      found_purpose, precision=precision, extension=extension)

@@ -95,20 +95,27 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
 
 
-def _gather(counts: dict[str, int], found: Measurements,
-            window: int | None) -> tuple[list[tuple[int, Columns]], float, float]:
-    """(prompt count and columns per stratum, projected prompts over the window, projected stopped replies);
-    a stratum the sample missed takes the pooled records, as its lengths do in the projection."""
+def strata_samples(counts: dict[str, int], found: Measurements) -> list[tuple[int, StratumSample]]:
+    """Each stratum's prompt count with the records measured in it; a stratum the sample missed takes the
+    pooled records, as its lengths do in the projection. Strata of no prompt or no record are left out."""
     pooled: StratumSample | None = None
-    strata: list[tuple[int, Columns]] = []
-    over = stopped = 0.0
+    out: list[tuple[int, StratumSample]] = []
     for name, count in counts.items():
         sample = found.strata.get(name)
         if sample is None or not sample.lengths:
             pooled = pooled or _pooled(found)
             sample = pooled
-        if not count or not sample.lengths:
-            continue
+        if count and sample.lengths:
+            out.append((count, sample))
+    return out
+
+
+def _gather(counts: dict[str, int], found: Measurements,
+            window: int | None) -> tuple[list[tuple[int, Columns]], float, float]:
+    """(prompt count and columns per stratum, projected prompts over the window, projected stopped replies)."""
+    strata: list[tuple[int, Columns]] = []
+    over = stopped = 0.0
+    for count, sample in strata_samples(counts, found):
         columns, over_share, stopped_share = _columns(sample, window)
         strata.append((count, columns))
         over += count * over_share

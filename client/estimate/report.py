@@ -54,6 +54,7 @@ def render(info: dict[str, Any], projection: Projection | None, console: Console
     for note in info.get("hardware_notes", []):
         console.print(f"[yellow]note:[/yellow] {note}")
     _purpose(projection, console)
+    _extension(projection, console)
     for warning in projection.warnings:
         console.print(f"[yellow]note:[/yellow] {warning}")
 
@@ -252,3 +253,24 @@ def _purpose(projection: Projection, console: Console) -> None:
     if projection.purpose[0].window is None:
         console.print("pass --train-window N (4096 for the DFlash recipe) for the tokens past the trainer's window "
                       "and what client.run --train-window would save")
+
+
+def _extension(projection: Projection, console: Console) -> None:
+    if not projection.extension:
+        return
+    first = projection.extension[0]
+    table = Table(title=f"client.run --extend from --train-window {first.from_window:,} to {first.to_window:,} "
+                        "(90% intervals)", title_justify="left")
+    for column in ("target", "cut replies", "tokens continued", "GPU-hours", "tokens regenerated", "GPU-hours",
+                   "new prompts"):
+        table.add_column(column, justify="left" if column == "target" else "right")
+    for cost in projection.extension:
+        table.add_row(cost.label, _span(cost.cut_replies, lambda x: f"{x:,.0f}"),
+                      _span(cost.continued_tokens, tokens), _span(cost.continued_gpu_hours, _hours),
+                      _span(cost.regenerated_tokens, tokens), _span(cost.regenerated_gpu_hours, _hours),
+                      f"{cost.new_prompts:,.0f}")
+    console.print(table)
+    console.print("continued: what the extension generates for the replies the narrow window cut; regenerated: "
+                  "generating the same replies again from token 0. New prompts fill the narrow window alone: they "
+                  "have no record to continue and are generated whole either way. The wall time is a floor (the "
+                  "tail of long replies is not modelled).")
