@@ -6,6 +6,8 @@ and resume. The policy of which record is continued is a table (client.extend.se
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +140,13 @@ def test_only_the_cut_replies_are_continued_and_they_read_as_made_whole(tmp_path
     generated_whole = sum(len(whole[i]["completion_token_ids"]) for i in cut)
     assert new_tokens < generated_whole
 
+    # The audit counts the continued replies and their tokens, and fails a record whose shares do not add up.
+    audit = _audit(extended)
+    kept = sum(len(old[i]["completion_token_ids"]) for i in cut)
+    assert audit["continued"] == {"records": len(cut), "tokens_kept": kept, "tokens_generated": new_tokens,
+                                  "broken": 0, "broken_examples": []}
+    assert audit["verdict"] == "healthy" and audit["exit"] == 0, audit["findings"]
+
     # The same command again: nothing left to do, nothing generated.
     before = _generated(server)
     again = run_client(["--endpoints", server, "--extend", str(narrow), "--out", str(extended), "--plain",
@@ -147,6 +156,29 @@ def test_only_the_cut_replies_are_continued_and_they_read_as_made_whole(tmp_path
     assert _by_id(extended) == new
     history = orjson.loads((extended / "run.json").read_bytes())["history"]
     assert history[-1]["extended_from"] == str(narrow) and history[-1]["train_window"] == NEW
+
+
+def _audit(out: Path) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "client.audit", str(out), "--json"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=False)
+    report: dict[str, Any] = orjson.loads(done.stdout)
+    report["exit"] = done.returncode
+    return report
+
+
+def test_a_continued_record_whose_shares_do_not_add_up_fails_the_audit(tmp_path: Path) -> None:
+    segments = tmp_path / "run" / "segments"
+    segments.mkdir(parents=True)
+    record = {"id": "a", "messages": [{"role": "user", "content": "hi"}], "sampling": {}, "reasoning": "r",
+              "content": "an answer of some words", "tool_calls": [], "finish_reason": "stop",
+              "usage": {"prompt_tokens": 3, "completion_tokens": 40}, "model": "m", "endpoint": "e",
+              "timings": {"queued_s": 0, "ttft_s": 0, "total_s": 1}, "attempts": 2, "created": 0.0,
+              "continued": [{"attempt": 1, "tokens": 30}, {"attempt": 2, "tokens": 5}]}
+    (segments / "s-00001.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    report = _audit(tmp_path / "run")
+    assert report["exit"] == 1 and report["continued"]["broken"] == 1
+    assert any(f["level"] == "fail" and "`continued`'s shares add up to 35 tokens, the reply has 40" in f["message"]
+               for f in report["findings"]), report["findings"]
 
 
 def test_misuse_is_refused_before_anything_is_sent(tmp_path: Path, server: str) -> None:

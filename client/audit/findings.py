@@ -164,6 +164,15 @@ def window_miscounts(e: Evidence) -> Finding | None:
                            "server's tokenize route (or --tokenizer), then regenerate them")
 
 
+def broken_continuations(e: Evidence) -> Finding | None:
+    broken = e.scan.continued_broken
+    if not broken:
+        return None
+    return Finding("fail", f"{len(broken):,} record(s) say they were continued, and their `continued` does not "
+                           f"describe their reply ({broken[0]}): which attempt made which tokens is unknown; "
+                           "regenerate them")
+
+
 def duplicate_events(e: Evidence) -> Finding | None:
     if not (e.scan.conversation_events and e.scan.duplicate_events()):
         return None
@@ -229,7 +238,8 @@ def missing(e: Evidence) -> Finding | None:
 
 RULES: tuple[Rule, ...] = (
     stubs, empty_reasoning, bad_tool_calls, truncated_calls, mixed_models, truncated, looping, odd_finish_reasons,
-    no_usage, some_without_ids, mixed_sampling, diverged, window_miscounts, duplicate_events, damaged_segments,
+    no_usage, some_without_ids, mixed_sampling, diverged, window_miscounts, broken_continuations, duplicate_events,
+    damaged_segments,
     unreadable_lines, duplicated_ids, unknown_ids, edited, invalid_prompts, missing,
 )
 

@@ -26,6 +26,7 @@ from client.local.prompt_files import prompt_lines, resolve_prompt_files
 from client.results.reader import ReadReport, iter_lines, iter_records
 from client.results.rules import (
     TRUNCATED_CALL,
+    continued_shares,
     cut_by_length,
     is_stub,
     judge_tool_call,
@@ -95,6 +96,10 @@ class Scan:
     plan_draws: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     accept: AcceptLengths = field(default_factory=AcceptLengths)  # MTP accept length, where records carry `spec`
     loops: Loops = field(default_factory=Loops)  # replies whose end repeats one block
+    continued: int = 0  # replies continued from their exact ids (client.run --extend)
+    continued_kept: int = 0  # their tokens made by earlier attempts
+    continued_generated: int = 0  # their tokens made by the last attempt
+    continued_broken: list[str] = field(default_factory=list)  # `continued` that does not describe the reply
     # id hash of the prompt a result answers -> the first 64 bits of the prompt_sha256 it recorded
     prompt_digests: dict[int, int] = field(default_factory=dict)
 
@@ -131,9 +136,19 @@ class Scan:
         self._endpoint(record, tokens, stub_like, finish_name)
         self.accept.add(record)
         self.loops.add(where, record, tokens)
+        self._continued(where, record)
         if "diverged" in record:
             self.diverged_field += 1
             self.diverged += bool(record["diverged"])
+
+    def _continued(self, where: str, record: dict[str, Any]) -> None:
+        shares = continued_shares(record)
+        if isinstance(shares, str):
+            self.continued_broken.append(f"{where}: {record['id']}: {shares}")
+        elif shares is not None:
+            self.continued += 1
+            self.continued_kept += shares[0]
+            self.continued_generated += shares[1]
 
     def _ids(self, record: dict[str, Any]) -> None:
         """The prompt the record answers (for exactly-once), its event (multi-turn) and the prompt's digest."""

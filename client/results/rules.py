@@ -11,6 +11,7 @@ invalid kinds, so the audit counts it with the truncated completions and not as 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -174,3 +175,30 @@ def judge_tool_call(call: object, schemas: Mapping[str, object], *, cut_off: boo
     if problem is not None and cut_off:
         return TRUNCATED_CALL, f"cut off by max_tokens (finish_reason length): {problem[1]}"
     return problem
+
+
+def continued_shares(record: dict[str, Any]) -> tuple[int, int] | str | None:
+    """A continued reply's (tokens kept from earlier attempts, tokens its last attempt generated); None when the
+    record was made in one attempt; a problem when its `continued` does not describe its reply: each part
+    `{"attempt", "tokens"}`, the attempts rising, the tokens adding up to its completion ids (or its usage)."""
+    parts = record.get("continued")
+    if parts is None:
+        return None
+    if not isinstance(parts, list) or len(parts) < 2:
+        return f"`continued` is {str(parts)[:60]}, not the shares of two attempts or more"
+    attempts: list[int] = []
+    tokens: list[int] = []
+    for part in parts:
+        attempt = part.get("attempt") if isinstance(part, dict) else None
+        count = part.get("tokens") if isinstance(part, dict) else None
+        if type(attempt) is not int or type(count) is not int or count < 0:
+            return f"`continued` holds {str(part)[:60]}, not {{attempt, tokens}}"
+        attempts.append(attempt)
+        tokens.append(count)
+    if any(b <= a for a, b in itertools.pairwise(attempts)):
+        return f"`continued`'s attempts {attempts} do not rise"
+    ids = record.get("completion_token_ids")
+    whole = len(ids) if isinstance(ids, list) else usage_int(record.get("usage"), "completion_tokens")
+    if whole is not None and sum(tokens) != whole:
+        return f"`continued`'s shares add up to {sum(tokens):,} tokens, the reply has {whole:,}"
+    return sum(tokens[:-1]), tokens[-1]
