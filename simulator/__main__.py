@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "Qwen3-style template simulator/qwen3_chat_template.jinja (hermes JSON tool calls). The "
                         "tiny tokenizer carries this template; a --tokenizer DIR brings its own "
                         "(default: %(default)s)")
+    g.add_argument("--incremental-streaming-output", action="store_true",
+                   help="SGLang's flag: each event of a streamed /generate carries only the new text and ids "
+                        "(default: the text and ids so far, as SGLang streams by default)")
     g.add_argument("--tool-call-parser", choices=["qwen3_coder", "qwen"], default=d.tool_call_parser,
                    help="SGLang's --tool-call-parser; qwen strips the non-streaming text before a call and, "
                         "streaming, loses the text that shares a chunk with the call's start, as SGLang 0.5.23 "
@@ -221,7 +224,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimConfig:
         reasoning_field=a.reasoning_field, omit_done=a.omit_done, omit_nulls=a.omit_nulls,
         strict_model=a.strict_model, faults=faults, log_level=a.log_level, tokenizer=a.tokenizer,
         context_length=a.context_length, tool_call_parser=a.tool_call_parser, chat_template=a.chat_template,
-        accelerator=a.accelerator, num_accelerators=a.num_accelerators,
+        incremental_streaming_output=a.incremental_streaming_output, accelerator=a.accelerator,
+        num_accelerators=a.num_accelerators,
     )
 
 

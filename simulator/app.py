@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from prompts.sglang_input import TemplateInputError
@@ -28,6 +29,7 @@ from simulator.faults import Fault, FaultInjector, FaultKind
 from simulator.replies import error, json_response, model_not_found, refused
 from simulator.request import ChatRequest, Refusal, bad, check_lengths, parse
 from simulator.script import ReplyCursor, Script, build_script
+from simulator.tally import Tally
 from simulator.tokens import CompletionIds, SimTokenizer, cached_tokens, spec_details
 
 
@@ -41,6 +43,7 @@ class SimState:
         self.tokenizer = SimTokenizer(Path(config.tokenizer)) if config.tokenizer else None
         # /generate (simulator.generate): the replies given, so a continuation goes on as the reply did.
         self.book = generate.ReplyBook()
+        self.prompts = generate.PromptBook()  # chat prompts rendered by /v1/tokenize, for /generate
         self.markov = (generate.Markov(self.tokenizer, config.seed, config.mean_tokens)
                        if self.tokenizer is not None else None)
         self.started = time.monotonic()
@@ -51,36 +54,6 @@ class SimState:
 
 
 STATE = web.AppKey("sim_state", SimState)
-
-
-@dataclasses.dataclass(frozen=True)
-class Tally:
-    """Usage at any point of a reply, counted in the tokens the reply sends (its ids with a tokenizer, the
-    script's word pieces without): the engine paces and counts the same tokens, so a server's counters, its
-    pace and its usage agree token for token, as a real server's do. `target` is the reply's length in
-    script positions, which the text is cut by; `position` maps sent tokens onto it."""
-
-    prompt: int
-    completion: int
-    reasoning: int
-    target: int  # script positions of the whole reply
-
-    @property
-    def tokens(self) -> int:
-        """What the engine generates for this reply (a reply of no ids still takes its script's steps)."""
-        return self.completion if self.completion > 0 else self.target
-
-    def position(self, tokens: int) -> int:
-        """The script position reached once `tokens` of the reply are out (the whole reply at the end)."""
-        return min(self.target, tokens * self.target // self.tokens) if self.tokens else 0
-
-    def at(self, tokens: int) -> dict[str, Any]:
-        done = min(tokens, self.completion)
-        return wire.usage(self.prompt, done, min(done, self.reasoning))
-
-    @property
-    def final(self) -> dict[str, Any]:
-        return wire.usage(self.prompt, self.completion, self.reasoning)
 
 
 class _Prepared:
@@ -360,7 +333,23 @@ async def native_generate(request: web.Request) -> web.StreamResponse:
     if fault.kind is FaultKind.FAIL_429:
         return json_response(wire.error_body("Too many requests: simulated overload", "TooManyRequests", 429), 429,
                              headers={"Retry-After": str(st.config.faults.retry_after)})
-    return await generate.serve(request, st.tokenizer, st.engine, st.book, st.markov, st.config.seed, fault)
+    return await generate.serve(request, st.tokenizer, st.engine, st.book, st.markov, st.config.seed, fault,
+                                prepare=lambda ids: _book_rendered(st, ids),
+                                incremental=st.config.incremental_streaming_output)
+
+
+def _book_rendered(st: SimState, input_ids: list[int]) -> None:
+    """A `/generate` of a chat prompt this server rendered (and maybe the start of its reply): the reply a chat
+    completion of that prompt gets is booked, unless the book already holds it."""
+    found = st.prompts.find(input_ids) if st.book.rest(input_ids) is None else None
+    if found is None:
+        return
+    prompt_ids, body = found
+    raw = orjson.dumps({**body, "model": st.config.model_name, "stream": False})
+    with contextlib.suppress(Refusal, TemplateInputError):
+        plan = _Prepared(st, parse(raw, {"content-type": "application/json"}, st.config))
+        if plan.output_ids is not None and plan.prompt_ids == prompt_ids:
+            st.book.add(prompt_ids, *plan.whole_reply(st.tokenizer))
 
 
 async def health(request: web.Request) -> web.Response:

@@ -91,6 +91,7 @@ class SimConfig:
     # usage counts them (simulator.tokens); without it, the fields that ask for ids are ignored. The command
     # line's default is the tiny tokenizer (simulator.tiny_tokenizer); this record's is none.
     tokenizer: str | None = None
+    incremental_streaming_output: bool = False  # SGLang's flag: a /generate stream sends only what is new
     faults: FaultRates = FaultRates()
     log_level: str = "info"
     # What `/v1/loads` names as the device, and the GPUs behind each DP rank (SGLang 0.5.23's

@@ -8,8 +8,9 @@ tests/test_sim_generate_fidelity.py:
 - the answer: `{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
   "completion_tokens", "cached_tokens", ...}}`; `finish_reason` is `{"type": "stop", "matched": ID}` or
   `{"type": "length", "length": N}`, null while a stream runs;
-- streaming: one `data: {...}` event per step with the text and ids so far (SGLang's default, not
-  incremental), then `data: [DONE]`.
+- streaming: one `data: {...}` event per step with the text and ids so far (SGLang's default), or, with
+  `--incremental-streaming-output`, only the step's new text and ids (`meta_info` still counts them all);
+  then `data: [DONE]`.
 
 What the sim generates is a function of the ids alone, so that a reply continued from a prefix of its own
 ids goes on as the uninterrupted reply did (what a greedy or seeded engine does):
@@ -30,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,37 @@ class ReplyBook:
             done = len(input_ids) - split
             if tuple(input_ids[split:]) == reply.ids[:done] and done <= len(reply.ids):
                 return Reply(reply.ids[done:], reply.stopped)
+        return None
+
+
+class PromptBook:
+    """The chat prompts this server rendered for `/v1/tokenize` (their ids -> the request body), so that a
+    `/generate` of such ids gets the reply a chat completion of that body gets: a client that renders a
+    prompt with the server's tokenize route and generates on `/generate` sees the model it would see on
+    chat. Bounded, oldest forgotten first; a process's own, as the reply book is."""
+
+    def __init__(self, size: int = _BOOK_SIZE) -> None:
+        self._bodies: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
+        self._size = size
+
+    def add(self, prompt_ids: Sequence[int], body: dict[str, Any]) -> None:
+        self._bodies[_key(prompt_ids)] = body
+        while len(self._bodies) > self._size:
+            self._bodies.popitem(last=False)
+
+    def find(self, input_ids: Sequence[int]) -> tuple[list[int], dict[str, Any]] | None:
+        """(the prompt's ids, its body) of a rendered prompt that `input_ids` begin with, longest first."""
+        if not self._bodies:
+            return None
+        h = hashlib.blake2b(digest_size=16)
+        keys: list[bytes] = []
+        for i in input_ids:
+            h.update(i.to_bytes(4, "little", signed=True))
+            keys.append(h.copy().digest())
+        for split in range(len(input_ids), 0, -1):
+            body = self._bodies.get(keys[split - 1])
+            if body is not None:
+                return list(input_ids[:split]), body
         return None
 
 
@@ -226,15 +258,20 @@ def _abort(request: web.Request) -> None:
 
 
 async def serve(request: web.Request, tokenizer: SimTokenizer | None, engine: Engine, book: ReplyBook,
-                markov: Markov | None, server_seed: int, fault: Fault = NO_FAULT) -> web.StreamResponse:
+                markov: Markov | None, server_seed: int, fault: Fault = NO_FAULT, *,
+                prepare: Callable[[list[int]], None] | None = None, incremental: bool = False) -> web.StreamResponse:
     """One `/generate`. Of the injected faults, `--drop-stream` applies (the connection is cut after a share
-    of the ids, streamed or not); the caller answers `--fail-500` / `--fail-429` before this."""
+    of the ids, streamed or not); the caller answers `--fail-500` / `--fail-429` before this. `prepare`: called
+    with the input ids before the reply is planned (to book the reply of a rendered chat prompt);
+    `incremental`: SGLang's `--incremental-streaming-output`, each event only the new text and ids."""
     if tokenizer is None or markov is None:
         return json_response({"error": "the simulated server serves /generate only with --tokenizer"}, 400)
     try:
         req = parse_generate(await request.read(), tokenizer, server_seed)
     except GenerateError as exc:
         return json_response({"error": str(exc)}, 400)
+    if prepare is not None:
+        prepare(req.input_ids)
     planned = plan(req, book, markov)
     book.add(req.input_ids, planned.ids, planned.finish["type"] == "stop")
     rid = uuid.uuid4().hex
@@ -258,15 +295,23 @@ async def serve(request: web.Request, tokenizer: SimTokenizer | None, engine: En
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-cache"})
         sent = 0
+        emitted = ""  # incremental: the text sent so far (a character still incomplete is held back)
         try:
             while sent < len(ids):
+                before = sent
                 sent = min(await ereq.wait_beyond(sent), len(ids))
                 if strike is not None:
                     sent = min(sent, strike)
                 if not resp.prepared:
                     await resp.prepare(request)
                 last = sent >= len(ids)
-                event = _out(text(sent), ids[:sent], _meta(rid, n_prompt, sent, planned.finish if last else None))
+                meta = _meta(rid, n_prompt, sent, planned.finish if last else None)
+                if incremental:
+                    whole = text(sent) if last else text(sent).rstrip("\ufffd")
+                    event = _out(whole[len(emitted):], ids[before:sent], meta)
+                    emitted = whole
+                else:
+                    event = _out(text(sent), ids[:sent], meta)
                 await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
                 if strike is not None and sent >= strike:
                     _abort(request)  # --drop-stream: the client holds the ids of the events before the cut

@@ -159,6 +159,7 @@ def server_info(engine: Engine) -> dict[str, Any]:
         "max_total_num_tokens": c.max_total_tokens,
         "reasoning_parser": "qwen3",
         "tool_call_parser": c.tool_call_parser,
+        "incremental_streaming_output": c.incremental_streaming_output,
         "speculative_algorithm": "EAGLE" if _mtp(c) else None,
         "version": SGLANG_VERSION,
         "internal_states": [

@@ -125,6 +125,8 @@ def answer(st: SimState, body: Mapping[str, Any]) -> dict[str, Any]:
     specials = lax_bool(body.get("add_special_tokens", True), "add_special_tokens")
     if body.get("messages") is not None:
         tokens = _chat_ids(st, body)
+        if tokenizer is not None:
+            st.prompts.add(tokens, dict(body))  # a /generate of these ids gets the chat reply (simulator.generate)
         return {"tokens": tokens, "count": len(tokens), **out}
     if isinstance(prompt, str):
         tokens = _text_ids(st, prompt, specials)

@@ -134,6 +134,7 @@ class Completion:
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
     spec: Spec | None = None
+    continued: list[ContinuedPart] | None = None  # made by more than one attempt (client.engine.native_reply)
 
     @property
     def completion_tokens(self) -> int:

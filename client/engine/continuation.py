@@ -16,11 +16,28 @@ a chat stream cut before its ids) leave the old path: the prompt is sent again f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from client.core.payload import SamplingSettings
 from client.core.records import ContinuedPart
 from client.wire.endpoint import Endpoint
-from client.wire.native import generate_body, sampling_params
+from client.wire.native import (
+    DETOKENIZE_PATH,
+    PARSE_FUNCTION_CALL_PATH,
+    SEPARATE_REASONING_PATH,
+    ParsedCall,
+    Parsers,
+    detokenize_body,
+    generate_body,
+    parse_detokenized,
+    parse_function_call_body,
+    parse_function_calls,
+    parse_separated,
+    sampling_params,
+    separate_reasoning_body,
+)
+
+THINK_START = "<think>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +80,34 @@ async def continue_reply(endpoint: Endpoint, partial: Partial, settings: Samplin
     shares = [*partial.shares, ContinuedPart(attempt=attempt, tokens=len(generated.output_ids))]
     return Stitched(partial.prompt_ids, [*partial.ids, *generated.output_ids], generated.text,
                     generated.finish_reason, generated.matched, shares)
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    reasoning: str
+    content: str
+    calls: list[ParsedCall]
+
+
+async def split_reply(endpoint: Endpoint, ids: list[int], tools: list[dict[str, Any]] | None, thinking: bool,
+                      parsers: Parsers) -> Split:
+    """The whole reply's text, made and split by the server as its chat completions do: `/v1/detokenize` of
+    every id (special tokens skipped, as the chat stream's text is), `/separate_reasoning` with its reasoning
+    parser and, when the prompt had tools, `/parse_function_call` with its tool-call parser. The qwen3
+    reasoning parser reads a text without `<think>` as all content; a chat completion with thinking on forces
+    it into the reasoning (the template opened the think block in the prompt), so the text goes with `<think>`
+    in front when thinking was on: the parser strips it, which is the same split."""
+    where = endpoint.url
+    text = parse_detokenized(await endpoint.post_document(DETOKENIZE_PATH, detokenize_body(ids)), where)
+    reasoning, rest = "", text
+    if parsers.reasoning is not None:
+        forced = THINK_START + text if thinking else text
+        answer = await endpoint.post_document(SEPARATE_REASONING_PATH,
+                                              separate_reasoning_body(forced, parsers.reasoning))
+        reasoning, rest = parse_separated(answer, where)
+    calls: list[ParsedCall] = []
+    if parsers.tool_call is not None and tools:
+        answer = await endpoint.post_document(PARSE_FUNCTION_CALL_PATH,
+                                              parse_function_call_body(rest, tools, parsers.tool_call))
+        rest, calls = parse_function_calls(answer, where)
+    return Split(reasoning, rest, calls)

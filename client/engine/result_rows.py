@@ -39,6 +39,8 @@ def result_record(record_id: str, prompt: Prompt, messages: list[dict[str, Any]]
         record["completion_token_ids"] = completion.completion_token_ids
     if completion.spec is not None:
         record["spec"] = completion.spec
+    if completion.continued is not None:
+        record["continued"] = completion.continued
     if generation.window is not None:
         cut = generation.window
         record["train_window"] = {"size": cut.size, "prompt_tokens": cut.prompt_tokens, "max_tokens": cut.max_tokens}

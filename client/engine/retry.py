@@ -31,9 +31,11 @@ from client.core.options import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_RETRY_AFTER_S
 from client.core.payload import RequestShape
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
+from client.engine.native_reply import ReplyInProgress, native_attempt, prompt_ids
 from client.engine.rate import RequestRate
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
+from client.wire.native import Parsers
 
 # --tokenizer DIR: a prompt's token count by the model's own chat template and tokenizer, on this host.
 LocalCount = Callable[[Prompt, list[dict[str, Any]]], int]
@@ -92,7 +94,8 @@ def _retryable(error: BaseException) -> bool:
 class Generator:
     def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, shape: RequestShape, retry: RetryPolicy,
                  rate: RequestRate | None = None, stop_loops: bool = False,
-                 train_window: int | None = None, local_count: LocalCount | None = None) -> None:
+                 train_window: int | None = None, local_count: LocalCount | None = None,
+                 native: Parsers | None = None) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
         self.shape = shape
@@ -102,6 +105,8 @@ class Generator:
         self.stop_loops = stop_loops  # --loop-stop: end a stream whose tail repeats (client.loops.repetition)
         self.train_window = train_window  # --train-window: max_tokens = the window minus the prompt's count
         self.local_count = local_count  # --tokenizer: counts prompts for servers that cannot count them
+        # --continue-replies: replies made on /generate from exact ids, a broken one continued (native_reply)
+        self.native = native
         self._backoff = wait_exponential_jitter(multiplier=retry.initial_backoff_s, max=retry.max_backoff_s,
                                                 jitter=retry.jitter_s)
 
@@ -136,6 +141,7 @@ class Generator:
         started = time.monotonic()
         last: Endpoint | None = None
         window: list[WindowCut] = []  # counted once per prompt, on the first endpoint that answers
+        reply = ReplyInProgress()  # --continue-replies: the ids received so far, kept across attempts
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retry.max_attempts),
             wait=self._wait,
@@ -159,7 +165,7 @@ class Generator:
                         raise Abandoned from None
                     queued_s += time.monotonic() - waited_from
                     last = endpoint
-                    completion, ttft = await self._attempt(endpoint, prompt, messages, window)
+                    completion, ttft = await self._attempt(endpoint, prompt, messages, window, reply, attempts)
         except AttemptError as exc:
             raise GenerationFailed(exc, attempts, last) from exc
         assert last is not None
@@ -176,6 +182,9 @@ class Generator:
             counted = await asyncio.to_thread(self.local_count, prompt, messages)
         else:  # refused at start (client.engine.fields); a guard, not a path
             raise RuntimeError(f"{endpoint.url} cannot count prompt tokens")
+        return self._cut(endpoint, prompt, counted, size)
+
+    def _cut(self, endpoint: Endpoint, prompt: Prompt, counted: int, size: int) -> WindowCut:
         room = size - counted
         if room < 1:
             raise FillsWindow(f"the prompt alone is {counted} tokens on {endpoint.url}, the training window "
@@ -183,29 +192,53 @@ class Generator:
                               size)
         return WindowCut(size, counted, min(room, self.shape.max_tokens(prompt)))
 
+    async def _native(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
+                      window: list[WindowCut], reply: ReplyInProgress, attempt: int,
+                      parsers: Parsers) -> tuple[Completion, float | None]:
+        """--continue-replies: the reply on /generate from its exact ids, continued after a broken attempt."""
+        ids = await prompt_ids(endpoint, self.shape, prompt, messages, reply)
+        if self.train_window is not None and not window:
+            window.append(self._cut(endpoint, prompt, len(ids), self.train_window))
+        max_tokens = window[0].max_tokens if window else self.shape.max_tokens(prompt)
+        return await native_attempt(endpoint, self.shape, prompt, messages, reply, attempt=attempt,
+                                    max_tokens=max_tokens, parsers=parsers)
+
+    async def _chat(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
+                    window: list[WindowCut]) -> tuple[Completion, float | None]:
+        if self.train_window is not None and not window:
+            window.append(await self._window(endpoint, prompt, messages, self.train_window))
+        max_tokens = window[0].max_tokens if window else self.shape.max_tokens(prompt)
+        body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index, max_tokens if window else None))
+        # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
+        streaming = self.stats.begin_attempt(endpoint.index)
+        cancelled: str | None = prompt.id  # unless the stream ends by itself
+        try:
+            async with self.dispatcher.scope(endpoint):
+                completion, ttft = await endpoint.stream_chat(body, max_tokens=max_tokens, stop_loops=self.stop_loops)
+            cancelled = None
+        except Exception:
+            cancelled = None  # a failed attempt, not a cancelled one
+            raise
+        finally:
+            self.stats.end_attempt(streaming, cancelled_id=cancelled)
+        return completion, ttft
+
     async def _attempt(self, endpoint: Endpoint, prompt: Prompt, messages: list[dict[str, Any]],
-                       window: list[WindowCut]) -> tuple[Completion, float | None]:
+                       window: list[WindowCut], reply: ReplyInProgress,
+                       attempt: int) -> tuple[Completion, float | None]:
         ids = self.shape.ids_for(endpoint.index)
         try:
             try:
-                if self.train_window is not None and not window:
-                    window.append(await self._window(endpoint, prompt, messages, self.train_window))
-                max_tokens = window[0].max_tokens if window else self.shape.max_tokens(prompt)
-                body = orjson.dumps(self.shape.payload(prompt, messages, endpoint.index,
-                                                       max_tokens if window else None))
-                # The endpoint's scope ends the stream as a retryable StreamDropped if it goes out of rotation.
-                streaming = self.stats.begin_attempt(endpoint.index)
-                cancelled: str | None = prompt.id  # unless the stream ends by itself
-                try:
-                    async with self.dispatcher.scope(endpoint):
-                        completion, ttft = await endpoint.stream_chat(body, max_tokens=max_tokens,
-                                                                      stop_loops=self.stop_loops)
-                    cancelled = None
-                except Exception:
-                    cancelled = None  # a failed attempt, not a cancelled one
-                    raise
-                finally:
-                    self.stats.end_attempt(streaming, cancelled_id=cancelled)
+                if self.native is not None:
+                    streaming = self.stats.begin_attempt(endpoint.index)
+                    try:
+                        async with self.dispatcher.scope(endpoint):
+                            completion, ttft = await self._native(endpoint, prompt, messages, window, reply, attempt,
+                                                                  self.native)
+                    finally:
+                        self.stats.end_attempt(streaming, cancelled_id=None)
+                else:
+                    completion, ttft = await self._chat(endpoint, prompt, messages, window)
             finally:
                 self.dispatcher.release(endpoint)
             # A reply the loop stop ended never reached the chunk that carries SGLang's ids; it is kept without.

@@ -19,9 +19,11 @@ from client.core.payload import RequestShape, SamplingSettings
 from client.core.sampling_plan import SamplingPlan
 from client.engine.fields import settle_fields
 from client.fleet.dispatcher import Dispatcher, DispatchSettings, Health
+from client.fleet.native_check import check_native
 from client.fleet.options import FleetConfig
 from client.fleet.startup import check_max_tokens, check_reachable, resolve_model
 from client.wire.endpoint import Endpoint
+from client.wire.native import Parsers
 
 # At start, how long to wait for a model list from endpoints that answer but are still loading.
 _MODEL_WAIT_S = 60.0
@@ -32,6 +34,7 @@ class Fleet:
     endpoints: list[Endpoint]
     dispatcher: Dispatcher
     shape: RequestShape
+    native: Parsers | None = None  # --continue-replies: the servers' parsers (client.fleet.native_check)
 
     @property
     def model(self) -> str:
@@ -74,8 +77,9 @@ async def open_fleet(
                                     prompt_paths=prompt_paths, before_preflight=check_shape,
                                     token_ids=cfg.token_ids, note=note, train_window=train_window,
                                     counts_locally=counts_locally, plan=plan)
+        native = await check_native(endpoints, shape) if cfg.continue_replies else None
         for endpoint in endpoints:
             endpoint.count_from_here()  # the preflight's one-token replies are not the run's work
-        yield Fleet(endpoints, dispatcher, shape)
+        yield Fleet(endpoints, dispatcher, shape, native)
     finally:
         await asyncio.gather(*(e.aclose() for e in endpoints), return_exceptions=True)

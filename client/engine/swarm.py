@@ -107,7 +107,7 @@ class Swarm:
         self.generator = Generator(dispatcher=self.dispatcher, stats=stats, shape=fleet.shape,
                                    retry=self.settings.retry, rate=self.settings.rate,
                                    stop_loops=self.settings.stop_loops, train_window=self.settings.train_window,
-                                   local_count=self.settings.local_count)
+                                   local_count=self.settings.local_count, native=fleet.native)
 
     @property
     def workers(self) -> int:

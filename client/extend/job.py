@@ -32,7 +32,7 @@ from client.core.human_out import note as say
 from client.engine.continuation import Stitched
 from client.engine.result_rows import failure_record
 from client.extend.select import Decision, Limits, Verdict, decide
-from client.extend.stitch import Parsers, Split, continue_record, extended_record, split_reply
+from client.extend.stitch import continue_record, extended_record, split_record
 from client.extend.summary import Tally, print_summary
 from client.fleet.dispatcher import DispatchClosed, Dispatcher, DispatchSettings
 from client.fleet.options import FleetConfig
@@ -43,6 +43,7 @@ from client.local.run_settings import RunRecord, read_run_file, write_run_file
 from client.local.sink import ResultSink, new_run_id
 from client.results.reader import iter_records
 from client.wire.endpoint import Endpoint
+from client.wire.native import Parsers
 
 _BATCH = 256
 
@@ -195,9 +196,8 @@ class Extension:
             stitched, endpoint = await self._attempts(lambda e: continue_record(e, record, work.decision))
             assert isinstance(stitched, Stitched)
             tally.generated_tokens += len(stitched.completion_ids) - len(record["completion_token_ids"])
-            split, _ = await self._attempts(lambda e: split_reply(e, stitched.completion_ids, record, self.parsers),
+            split, _ = await self._attempts(lambda e: split_record(e, stitched.completion_ids, record, self.parsers),
                                             prefer=endpoint.index)
-            assert isinstance(split, Split)
         except _Failed as failed:
             tally.failed += 1
             self.sink.write_failure(failure_record(str(record["id"]), failed.error, failed.attempts,

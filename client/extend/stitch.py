@@ -20,43 +20,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 from client.core.payload import SamplingSettings
 from client.core.records import ContinuedPart, ResultRecord, WireToolCall
-from client.engine.continuation import Partial, Stitched, continue_reply
+from client.engine.continuation import Partial, Split, Stitched, continue_reply, split_reply
 from client.extend.select import Decision
 from client.wire.endpoint import Endpoint
-from client.wire.native import (
-    DETOKENIZE_PATH,
-    PARSE_FUNCTION_CALL_PATH,
-    SEPARATE_REASONING_PATH,
-    ParsedCall,
-    detokenize_body,
-    parse_detokenized,
-    parse_function_call_body,
-    parse_function_calls,
-    parse_separated,
-    separate_reasoning_body,
-)
-
-THINK_START = "<think>"
-
-
-@dataclass(frozen=True, slots=True)
-class Parsers:
-    """The server's own output parsers (its `/server_info`): how its chat completions split a reply."""
-
-    reasoning: str | None
-    tool_call: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Split:
-    reasoning: str
-    content: str
-    calls: list[ParsedCall]
+from client.wire.native import Parsers
 
 
 def sampling_of(record: Mapping[str, Any]) -> SamplingSettings:
@@ -100,23 +71,11 @@ async def continue_record(endpoint: Endpoint, record: Mapping[str, Any], decisio
     return await continue_reply(endpoint, partial, sampling_of(record), decision.budget, partial.attempt + 1)
 
 
-async def split_reply(endpoint: Endpoint, ids: list[int], record: Mapping[str, Any], parsers: Parsers) -> Split:
-    """The whole reply's text, split by the server's parsers."""
-    where = endpoint.url
-    text = parse_detokenized(await endpoint.post_document(DETOKENIZE_PATH, detokenize_body(ids)), where)
-    reasoning, rest = "", text
-    if parsers.reasoning is not None:
-        forced = THINK_START + text if sampling_of(record).enable_thinking else text
-        answer = await endpoint.post_document(SEPARATE_REASONING_PATH,
-                                              separate_reasoning_body(forced, parsers.reasoning))
-        reasoning, rest = parse_separated(answer, where)
+async def split_record(endpoint: Endpoint, ids: list[int], record: Mapping[str, Any], parsers: Parsers) -> Split:
+    """The whole reply's text split by the server's parsers, with the record's tools and thinking."""
     tools = record.get("tools")
-    calls: list[ParsedCall] = []
-    if parsers.tool_call is not None and isinstance(tools, list) and tools:
-        answer = await endpoint.post_document(PARSE_FUNCTION_CALL_PATH,
-                                              parse_function_call_body(rest, tools, parsers.tool_call))
-        rest, calls = parse_function_calls(answer, where)
-    return Split(reasoning, rest, calls)
+    return await split_reply(endpoint, ids, tools if isinstance(tools, list) else None,
+                             sampling_of(record).enable_thinking, parsers)
 
 
 def _call_id(record_id: str, index: int) -> str:

@@ -49,3 +49,4 @@ class FleetConfig:
     circuit_failures: int = DEFAULT_CIRCUIT_FAILURES
     compat: str = "auto"  # which extension fields go out (client.fleet.preflight)
     token_ids: str = "auto"  # client.fleet.token_ids
+    continue_replies: bool = False  # replies on /generate from exact ids, a broken one continued (native_reply)

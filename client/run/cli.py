@@ -262,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --train-window: the model's tokenizer.json and chat template (a model "
                                "directory), to count prompts on this host for servers that cannot count them "
                                "(neither SGLang nor vLLM); needs the [export] extra")
+    retries.add_argument("--continue-replies", action="store_true",
+                         help="make each reply on SGLang's /generate from its exact ids, so that a stream that "
+                              "breaks (a server restart, a dropped connection) is continued from the ids it "
+                              "delivered instead of generated again; needs --token-ids on and SGLang with "
+                              "--incremental-streaming-output; without the stream's loop stop")
     retries.add_argument("--loop-stop", choices=("on", "off"), default="on",
                          help="on: once a reply has used 90%% of its max_tokens, end it if its tail is one "
                               "block repeated exactly (a thinking model's loop; over 8,000 characters of prose, "
@@ -377,7 +382,7 @@ def config_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
         urls=tuple(parse_endpoints(args.endpoints)) if args.endpoints else (), model=args.model,
         api_key=args.api_key, network=network_from(args), max_in_flight=args.max_in_flight, slots=args.slots,
         wait_ready=args.wait_ready, idle_timeout=args.idle_timeout, circuit_failures=args.circuit_failures,
-        compat=args.compat, token_ids=args.token_ids)
+        compat=args.compat, token_ids=args.token_ids, continue_replies=args.continue_replies)
     s3 = S3Config(s3=args.s3, s3_endpoint_url=args.s3_endpoint_url, sync_interval=args.sync_interval,
                   sync_wait=args.sync_wait, delete_uploaded=args.delete_uploaded, s3_gzip=args.s3_gzip,
                   s3_part_mb=args.s3_part_mb) if args.s3 else None

@@ -41,7 +41,7 @@ from client.wire.connect import NetworkOptions, route_for
 from client.wire.dialect import PLAIN, ReplyDialect
 from client.wire.errors_map import DOCUMENT, Step, mapped
 from client.wire.models import ModelCatalog, parse_models
-from client.wire.native import GENERATE_PATH, Generated, parse_generated
+from client.wire.native import GENERATE_PATH, Generated, GenerateStream, parse_generated
 from client.wire.sse import StreamParser
 from client.wire.transport import GET_BODY_LIMIT, StreamingTransport, StreamResponse
 from client.wire.urls import ServerURL
@@ -220,6 +220,44 @@ class Endpoint:
         generated = parse_generated(b"".join(pieces), self.url)
         self.wire.streamed_tokens += generated.completion_tokens
         return generated
+
+    async def stream_generate(self, body: bytes, max_new_tokens: int,
+                              on_ids: Callable[[list[int]], None]) -> GenerateStream:
+        """POST one streamed SGLang `/generate` (client.wire.native.GenerateStream): every id is handed to
+        `on_ids` as it arrives, so those of a stream that breaks are the caller's. Bounded as a chat stream is:
+        the idle timer, a total deadline for `max_new_tokens`, the byte caps. AttemptError for every failure;
+        a stream that ends without its finish is a StreamDropped."""
+        stream = GenerateStream(on_ids, self.url, event_bytes=self.bounds.event_bytes,
+                                stream_bytes=self.bounds.stream_bytes)
+        counted = 0
+
+        def feed(data: bytes) -> bool:
+            nonlocal counted
+            progress = stream.feed(data)
+            if stream.received > token_limit(max_new_tokens):
+                raise RunawayStream(f"{self.url}{GENERATE_PATH} streamed {stream.received} ids past max_new_tokens "
+                                    f"{max_new_tokens}")
+            self.wire.streamed_tokens += stream.received - counted
+            counted = stream.received
+            return progress
+
+        deadline_s = self.bounds.stream_deadline(token_limit(max_new_tokens), self.idle_timeout)
+        response = await self._post(GENERATE_PATH, body, feed, idle_timeout=self.idle_timeout, deadline_s=deadline_s,
+                                    expect_type="text/event-stream")
+        if response.status != 200:
+            raise error_for_status(response.status, response.error_body, response.headers.get("retry-after"))
+        if stream.final is None:
+            raise StreamDropped(f"{self.url}{GENERATE_PATH} ended after {stream.received} id(s) without finishing")
+        return stream
+
+    async def tokenize(self, path: str, body: bytes, limit_s: float = 60.0) -> list[int]:
+        """The prompt's ids as this server renders it (SGLang `/v1/tokenize` with the chat request's messages,
+        tools and chat_template_kwargs); ProtocolError without them."""
+        document = await self.post_document(path, body, limit_s)
+        tokens = document.get("tokens") if isinstance(document, dict) else None
+        if not isinstance(tokens, list) or not tokens or not all(type(i) is int for i in tokens):
+            raise ProtocolError(f"{self.url}{path} answered without the prompt's token ids: {str(document)[:200]!r}")
+        return tokens
 
     async def stream_chat(self, body: bytes, max_tokens: int | None = None, *,
                           stop_loops: bool = False) -> tuple[Completion, float | None]:

@@ -15,13 +15,16 @@ long reply; one JSON answer costs the reply's ids once. Shapes (SGLang 0.5.23 `h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from client.core.errors import ProtocolError
+from client.core.errors import OversizedResponse, ProtocolError, StreamErrorEvent
 from client.core.payload import SamplingSettings
+from client.wire.bounds import mib
+from client.wire.sse import data_lines, normalise
 
 GENERATE_PATH = "/generate"
 
@@ -141,3 +144,88 @@ def parse_function_calls(doc: Any, where: str) -> tuple[str, list[ParsedCall]]:
                                 f"parameters: {str(call)[:200]!r}")
         parsed.append(ParsedCall(name, arguments))
     return normal, parsed
+
+
+@dataclass(frozen=True, slots=True)
+class Parsers:
+    """A server's own output parsers (its `/server_info`): how its chat completions split a reply."""
+
+    reasoning: str | None
+    tool_call: str | None
+
+
+def stream_body(input_ids: list[int], params: dict[str, Any]) -> bytes:
+    return orjson.dumps({"input_ids": input_ids, "sampling_params": params, "stream": True})
+
+
+class GenerateStream:
+    """A streamed `/generate` read as it comes: each event's new ids handed to `on_ids` at once, so a stream
+    that breaks leaves every id it delivered with the caller (client.engine.native_reply).
+
+    SGLang sends, per event, the ids so far (its default) or only the new ones (`--incremental-streaming-output`):
+    `meta_info.completion_tokens` counts them all either way, so an event's new ids are the last
+    `completion_tokens - received` of its `output_ids`. Framing as in client.wire.sse (LF, CRLF or CR line
+    ends; a blank line ends an event); an event's bytes and the stream's are capped as a chat stream's are.
+    """
+
+    def __init__(self, on_ids: Callable[[list[int]], None], where: str, *, event_bytes: int,
+                 stream_bytes: int) -> None:
+        self.on_ids = on_ids
+        self.where = where
+        self.event_bytes = event_bytes
+        self.stream_bytes = stream_bytes
+        self.received = 0
+        self.events = 0
+        self.cumulative = False  # an event held more ids than it added: the server is not incremental
+        self.final: Generated | None = None
+        self._tail = b""
+        self._bytes = 0
+
+    def feed(self, data: bytes) -> bool:
+        """Bytes in; True when they brought new ids (progress, for the idle timer)."""
+        self._bytes += len(data)
+        if self._bytes > self.stream_bytes:
+            raise OversizedResponse(f"{self.where}{GENERATE_PATH} streamed over {mib(self.stream_bytes)}, the "
+                                    "client's cap")
+        before = self.received
+        buffer = normalise(self._tail + data)
+        *events, self._tail = buffer.split(b"\n\n")
+        if len(self._tail) > self.event_bytes:
+            raise OversizedResponse(f"{self.where}{GENERATE_PATH} sent an event over {mib(self.event_bytes)}")
+        for event in events:
+            payload = data_lines(event).strip()
+            if payload and payload != b"[DONE]":
+                self._event(payload)
+        return self.received > before
+
+    def _event(self, payload: bytes) -> None:
+        try:
+            doc = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise ProtocolError(f"{self.where} streamed a /generate event that is not JSON: "
+                                f"{payload[:200]!r}") from None
+        if isinstance(doc, dict) and "error" in doc:
+            raise StreamErrorEvent(f"{self.where} ended /generate with an error: {str(doc['error'])[:300]}")
+        ids = doc.get("output_ids") if isinstance(doc, dict) else None
+        meta = doc.get("meta_info") if isinstance(doc, dict) else None
+        total = meta.get("completion_tokens") if isinstance(meta, dict) else None
+        if not isinstance(ids, list) or type(total) is not int or not all(type(i) is int for i in ids):
+            raise ProtocolError(f"{self.where} streamed a /generate event without output_ids and a count: "
+                                f"{payload[:200]!r}")
+        self.events += 1
+        new = total - self.received
+        if new < 0 or new > len(ids):
+            raise ProtocolError(f"{self.where} streamed {len(ids)} id(s) counted as {total} after {self.received}")
+        self.cumulative = self.cumulative or len(ids) > new
+        if new:
+            self.on_ids(ids[len(ids) - new:])
+            self.received = total
+        finish = meta.get("finish_reason") if isinstance(meta, dict) else None
+        if isinstance(finish, dict):
+            kind = finish.get("type")
+            if kind not in ("stop", "length"):
+                raise StreamErrorEvent(f"{self.where} ended the /generate request with {finish!r}")
+            matched = finish.get("matched")
+            assert isinstance(meta, dict)
+            self.final = Generated([], "", str(kind), matched if type(matched) is int else None,
+                                   int(meta.get("prompt_tokens") or 0), total)

@@ -135,7 +135,7 @@ class StreamParser:
             if buffer is None:
                 return  # still inside one event
         elif b"\r" in data:
-            buffer = _normalise(data)
+            buffer = normalise(data)
         else:
             buffer = data
         start = 0
@@ -183,7 +183,7 @@ class StreamParser:
             self._held -= 1
             data = b"\r" + data
         if b"\r" in data:
-            data = _normalise(data)
+            data = normalise(data)
         if not tail:
             return data
         if b"\n\n" not in data and not (data.startswith(b"\n") and tail[-1].endswith(b"\n")):
@@ -197,7 +197,7 @@ class StreamParser:
         return buffer
 
     def _event(self, event: bytes) -> None:
-        payload = event[6:] if event.startswith(b"data: ") and b"\n" not in event else _data_lines(event)
+        payload = event[6:] if event.startswith(b"data: ") and b"\n" not in event else data_lines(event)
         if not payload.strip():
             return  # comments, keep-alives, an event with no data
         if payload == b"[DONE]":
@@ -355,7 +355,7 @@ class StreamParser:
         )
 
 
-def _normalise(buffer: bytes) -> bytes:
+def normalise(buffer: bytes) -> bytes:
     """CRLF and lone CR line endings -> LF, so the fast path looks for one separator. A CR at the very end
     stays a CR: it may be the first half of a CRLF whose LF is in the next read."""
     pending = buffer.endswith(b"\r")
@@ -365,7 +365,7 @@ def _normalise(buffer: bytes) -> bytes:
     return buffer + b"\r" if pending else buffer
 
 
-def _data_lines(event: bytes) -> bytes:
+def data_lines(event: bytes) -> bytes:
     """The general SSE case: several `data:` lines joined by newlines; other fields are ignored."""
     lines = []
     for line in event.split(b"\n"):
