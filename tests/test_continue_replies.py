@@ -6,6 +6,8 @@ record has its exact ids, and a continued one says which attempt made how many. 
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import orjson
 import pytest
 
 from simulator.api import SimServerSpec
-from tests.conftest import read_results, run_client
+from tests.conftest import client_command, make_prompts, read_results, run_client, wait_until
 from tests.tokenizer_fixture import tiny_tokenizer_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,3 +101,47 @@ def test_what_the_path_needs_is_refused_at_start(tmp_path: Path, fleet_factory: 
                              "--continue-replies", *extra])
         assert result.code == 2 and message in result.stderr, result.stderr
         assert not out.exists() or not any((out / "segments").glob("*.jsonl"))
+
+
+@pytest.mark.slow
+def test_a_kill_9_leaves_the_replies_in_flight_to_the_next_run(tmp_path: Path, fleet_factory: Any) -> None:
+    """The replies in flight are saved to OUT/partials as they stream; after kill -9 the next run continues each
+    from the ids saved (its `continued` begins with the killed run's shares) and removes the files."""
+    url = str(fleet_factory([SimServerSpec(max_running=32, speed=5.0, extra_args=(
+        "--tokenizer", str(tiny_tokenizer_dir()), "--mean-tokens", "300", *NATIVE))]).urls[0])
+    prompts = make_prompts(tmp_path / "p.jsonl", 40, with_tools_every=4)
+    out = tmp_path / "out"
+    partials = out / "partials"
+    args = ["--endpoints", url, "--prompts", str(prompts), "--out", str(out), "--token-ids", "on",
+            "--continue-replies"]
+    proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(list(partials.glob("*.json"))) >= 5, "5 replies saved in flight", timeout=120, proc=proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    saved = {}
+    for path in partials.glob("*.json"):
+        doc = orjson.loads(path.read_bytes())
+        saved[doc["id"]] = doc
+    done_before = {r["id"] for r in read_results(out)}
+    pending = {i: doc for i, doc in saved.items() if i not in done_before}
+    assert len(pending) >= 3
+    resumed = run_client(args, timeout=600)
+    assert resumed.code == 0, resumed.stderr[-3000:]
+    assert f"continuing {len(pending)} repl(ies) an earlier run left in flight" in resumed.stderr
+    records = {r["id"]: r for r in read_results(out)}
+    assert sorted(records) == sorted(f"p{i:06d}" for i in range(40)) and len(read_results(out)) == 40
+    continued = 0
+    for prompt_id, doc in pending.items():
+        record = records[prompt_id]
+        assert record["completion_token_ids"][:len(doc["ids"])] == doc["ids"], prompt_id
+        assert record["prompt_token_ids"] == doc["prompt_ids"]
+        parts = record.get("continued") or [{"attempt": 1, "tokens": len(record["completion_token_ids"])}]
+        assert parts[:len(doc["parts"])] == doc["parts"], (prompt_id, parts, doc["parts"])
+        assert sum(p["tokens"] for p in parts) == len(record["completion_token_ids"])
+        continued += len(parts) > len(doc["parts"])
+    assert continued >= 3, "the next run continued them, in attempts numbered after the killed run's"
+    assert not list(partials.glob("*.json")), "a written reply's file goes"

@@ -40,10 +40,23 @@ class ReplyInProgress:
     ids: list[int] = field(default_factory=list)
     parts: list[ContinuedPart] = field(default_factory=list)
     finish: str | None = None  # "stop" or "length" once the server ended it
+    attempt_offset: int = 0  # attempts of earlier runs (a reply restored from OUT/partials)
+    open_attempt: int | None = None  # the attempt streaming now, and where its ids began
+    open_from: int = 0
 
-    def close_attempt(self, attempt: int, before: int) -> None:
-        if len(self.ids) > before:
-            self.parts.append(ContinuedPart(attempt=attempt, tokens=len(self.ids) - before))
+    def open(self, attempt: int) -> None:
+        self.open_attempt, self.open_from = attempt, len(self.ids)
+
+    def close_attempt(self) -> None:
+        if self.open_attempt is not None and len(self.ids) > self.open_from:
+            self.parts.append(ContinuedPart(attempt=self.open_attempt, tokens=len(self.ids) - self.open_from))
+        self.open_attempt = None
+
+    def shares(self) -> list[ContinuedPart]:
+        """Each attempt's share so far, the one streaming now included."""
+        if self.open_attempt is None or len(self.ids) <= self.open_from:
+            return list(self.parts)
+        return [*self.parts, ContinuedPart(attempt=self.open_attempt, tokens=len(self.ids) - self.open_from)]
 
 
 async def prompt_ids(endpoint: Endpoint, shape: RequestShape, prompt: Prompt, messages: list[dict[str, object]],
@@ -75,7 +88,7 @@ async def native_attempt(endpoint: Endpoint, shape: RequestShape, prompt: Prompt
     if reply.finish is None:
         draw = shape.draw(prompt)
         values = dataclasses.replace(draw.setting.values, seed=draw.seed)
-        before = len(reply.ids)
+        reply.open(reply.attempt_offset + attempt)
 
         def take(new: list[int]) -> None:
             if not first:
@@ -86,7 +99,7 @@ async def native_attempt(endpoint: Endpoint, shape: RequestShape, prompt: Prompt
             stream = await endpoint.stream_generate(stream_body([*ids, *reply.ids], sampling_params(values, room)),
                                                     room, take)
         finally:
-            reply.close_attempt(attempt, before)
+            reply.close_attempt()
         assert stream.final is not None
         reply.finish = stream.final.finish_reason
     draw_values = shape.draw(prompt).setting.values

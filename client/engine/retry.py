@@ -32,6 +32,7 @@ from client.core.payload import RequestShape
 from client.core.records import Completion, Prompt
 from client.core.stats import RunStats
 from client.engine.native_reply import ReplyInProgress, native_attempt, prompt_ids
+from client.engine.partials import PartialKeeper
 from client.engine.rate import RequestRate
 from client.fleet.dispatcher import DispatchClosed, Dispatcher
 from client.wire.endpoint import LOOP_FINISH_REASON, Endpoint
@@ -95,7 +96,7 @@ class Generator:
     def __init__(self, *, dispatcher: Dispatcher, stats: RunStats, shape: RequestShape, retry: RetryPolicy,
                  rate: RequestRate | None = None, stop_loops: bool = False,
                  train_window: int | None = None, local_count: LocalCount | None = None,
-                 native: Parsers | None = None) -> None:
+                 native: Parsers | None = None, keeper: PartialKeeper | None = None) -> None:
         self.dispatcher = dispatcher
         self.stats = stats
         self.shape = shape
@@ -107,6 +108,7 @@ class Generator:
         self.local_count = local_count  # --tokenizer: counts prompts for servers that cannot count them
         # --continue-replies: replies made on /generate from exact ids, a broken one continued (native_reply)
         self.native = native
+        self.keeper = keeper  # --continue-replies: the replies in flight, kept in OUT/partials
         self._backoff = wait_exponential_jitter(multiplier=retry.initial_backoff_s, max=retry.max_backoff_s,
                                                 jitter=retry.jitter_s)
 
@@ -141,7 +143,8 @@ class Generator:
         started = time.monotonic()
         last: Endpoint | None = None
         window: list[WindowCut] = []  # counted once per prompt, on the first endpoint that answers
-        reply = ReplyInProgress()  # --continue-replies: the ids received so far, kept across attempts
+        # --continue-replies: the ids received so far, kept across attempts (and runs, with the keeper)
+        reply = self.keeper.begin(prompt) if self.keeper is not None else ReplyInProgress()
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retry.max_attempts),
             wait=self._wait,

@@ -39,6 +39,7 @@ from client.core.records import Prompt, ResultRecord
 from client.core.stats import RunStats
 from client.core.window_count import record_miscount
 from client.engine.conversation import Conversation, Turns, event_id
+from client.engine.partials import PartialKeeper
 from client.engine.rate import RequestRate
 from client.engine.result_rows import failure_record, result_record
 from client.engine.retry import Abandoned, Generation, GenerationFailed, Generator, LocalCount, RetryPolicy
@@ -63,6 +64,7 @@ class SwarmSettings:
     stop_loops: bool = False  # --loop-stop
     train_window: int | None = None  # --train-window
     local_count: LocalCount | None = None  # --tokenizer
+    keeper: PartialKeeper | None = None  # --continue-replies: replies in flight kept in OUT/partials
 
 
 @dataclass
@@ -107,7 +109,8 @@ class Swarm:
         self.generator = Generator(dispatcher=self.dispatcher, stats=stats, shape=fleet.shape,
                                    retry=self.settings.retry, rate=self.settings.rate,
                                    stop_loops=self.settings.stop_loops, train_window=self.settings.train_window,
-                                   local_count=self.settings.local_count, native=fleet.native)
+                                   local_count=self.settings.local_count, native=fleet.native,
+                                   keeper=self.settings.keeper)
 
     @property
     def workers(self) -> int:
@@ -141,7 +144,14 @@ class Swarm:
                 side.append(group.create_task(self._rotate()))
                 side.extend(group.create_task(make()) for make in companions or [])
                 side.append(group.create_task(self._produce()))
-                await self._run_pool()
+                keeper = self.settings.keeper
+                if keeper is not None:
+                    side.append(group.create_task(keeper.keep()))
+                try:
+                    await self._run_pool()
+                finally:
+                    if keeper is not None:  # what the stop left in flight, for the next run to continue
+                        await keeper.flush()
                 for task in side:
                     task.cancel()
         except* RegenError as failed:
@@ -217,9 +227,15 @@ class Swarm:
             generation = await self.generator.generate(prompt, messages)
         except GenerationFailed as failed:
             self._write_failure(prompt.id, failed)
+            self._ended(prompt.id)
             return
         self._write(result_record(prompt.id, prompt, messages, generation, sampling=self.fleet.shape.recorded(prompt),
                                   model=self.fleet.model), generation)
+        self._ended(prompt.id)
+
+    def _ended(self, prompt_id: str) -> None:
+        if self.settings.keeper is not None:
+            self.settings.keeper.end(prompt_id)
 
     async def _conversation(self, prompt: Prompt) -> None:
         preserve = self.fleet.shape.preserve_thinking(prompt)

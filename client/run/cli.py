@@ -331,6 +331,8 @@ def settings_from(args: argparse.Namespace) -> SamplingSettings:
 # Options that do not go together: (the test, the one line argparse exits 2 with), checked in this order.
 _MISUSE: tuple[tuple[Callable[[argparse.Namespace], bool], str], ...] = (
     (lambda a: not a.prompts and a.extend is None, "the following arguments are required: --prompts"),
+    (lambda a: a.continue_replies and a.turns == "all",
+     "--continue-replies continues one-turn replies; a conversation (--turns all) is regenerated turn by turn"),
     (lambda a: bool(a.prompts) and a.extend is not None,
      "--extend continues the records of a finished run: it takes no --prompts"),
     (lambda a: a.extend is not None and bool(a.s3 or a.sampling_plan or a.shard or a.turns == "all"),

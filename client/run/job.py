@@ -20,6 +20,7 @@ from client.core.payload import FieldPolicy, RequestShape, chat_template_kwargs,
 from client.core.records import Prompt
 from client.core.sampling_plan import SamplingPlan, SamplingSettings, plan_line, single
 from client.core.stats import RunStats, StatsSnapshot
+from client.engine.partials import PartialKeeper, reply_key
 from client.engine.rate import RequestRate
 from client.engine.retry import LocalCount
 from client.engine.session import Fleet, open_fleet
@@ -29,6 +30,7 @@ from client.fleet.sim_clock import describe_fleet
 from client.fleet.sim_clock import probe as probe_sim_clock
 from client.local.estimate_file import expected_tokens_per_prompt
 from client.local.ledger import ScanReport, read_done_ids
+from client.local.partials import PARTIALS_DIR, PartialStore
 from client.local.prompt_files import resolve_prompt_files
 from client.local.run_settings import shaping_settings
 from client.local.sink import ResultSink, new_run_id
@@ -206,7 +208,8 @@ class Run:
                 self.stats.seed_lengths(await asyncio.to_thread(recent_lengths, cfg.out))
 
             companions.append(seed_lengths)
-        return Prepared(fleet=fleet, source=source, sink=sink, swarm=self._swarm(fleet, source, sink, ledger),
+        keeper = await self._keeper(fleet, done_ids) if cfg.fleet.continue_replies else None
+        return Prepared(fleet=fleet, source=source, sink=sink, swarm=self._swarm(fleet, source, sink, ledger, keeper),
                         uploader=uploader, metrics=metrics, companions=tuple(companions), done_before=len(done_ids))
 
     def _too_long_earlier(self, done_ids: set[str], ledger: TurnLedger | None) -> set[str]:
@@ -220,13 +223,27 @@ class Run:
                 "(too_long in the failures file); pass --retry-too-long to send them again")
         return too_long_ids
 
-    def _swarm(self, fleet: Fleet, source: PromptSource, sink: ResultSink, ledger: TurnLedger | None) -> Swarm:
+    async def _keeper(self, fleet: Fleet, done_ids: set[str]) -> PartialKeeper:
+        """--continue-replies: the replies an earlier run left in flight, to continue from their ids."""
+        store = PartialStore(self.cfg.out)
+        saved, unreadable = await asyncio.to_thread(store.load, done_ids)
+        if saved:
+            say(f"continuing {len(saved):,} repl(ies) an earlier run left in flight, from their ids "
+                f"({self.cfg.out / PARTIALS_DIR})")
+        if unreadable:
+            say(f"warning: {unreadable:,} unreadable file(s) in {self.cfg.out / PARTIALS_DIR} removed; those replies "
+                "are generated again")
+        shape = fleet.shape
+        return PartialKeeper(store, saved, lambda prompt: reply_key(prompt, shape.recorded(prompt)))
+
+    def _swarm(self, fleet: Fleet, source: PromptSource, sink: ResultSink, ledger: TurnLedger | None,
+               keeper: PartialKeeper | None = None) -> Swarm:
         cfg = self.cfg
         settings = SwarmSettings(
             retry=RetryPolicy(max_attempts=cfg.max_attempts, max_retry_after_s=cfg.max_retry_after),
             grace_s=cfg.grace, rotate_check_s=min(5.0, max(0.2, cfg.segment_age_s / 5)), turns=cfg.turns,
             rate=RequestRate(cfg.max_requests_per_second) if cfg.max_requests_per_second else None,
-            stop_loops=cfg.loop_stop, train_window=cfg.train_window, local_count=self._local_count)
+            stop_loops=cfg.loop_stop, train_window=cfg.train_window, local_count=self._local_count, keeper=keeper)
         return Swarm(fleet, source, sink, self.stats, settings, ledger=ledger)
 
     def _problem_shower(self) -> Callable[[object], None]:

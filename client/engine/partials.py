@@ -1,0 +1,86 @@
+"""`--continue-replies` across runs: the replies in flight saved to OUT/partials (client.local.partials) every
+few seconds and when the run stops, and restored by the next run, which continues each from its ids.
+
+A saved reply is continued only when its prompt's content and sampling are what they were (`key`); else it
+is dropped and the prompt generated anew. Attempts keep counting across runs, so a record's `continued`
+says which attempt, of which run, made which tokens. Its file goes once its record (or failure) is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+
+import orjson
+
+from client.core.records import Prompt, prompt_sha256
+from client.engine.native_reply import ReplyInProgress
+from client.local.partials import PartialStore, SavedReply
+
+SAVE_EVERY_S = 2.0
+
+
+def reply_key(prompt: Prompt, sampling: dict[str, object]) -> str:
+    """What a saved reply must match to be continued: the prompt's content and the sampling it is drawn."""
+    digest = hashlib.sha256(orjson.dumps(sampling, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+    return f"{prompt_sha256(prompt.messages, prompt.tools, prompt.meta)}:{digest}"
+
+
+class PartialKeeper:
+    def __init__(self, store: PartialStore, saved: dict[str, SavedReply], key_of: Callable[[Prompt], str],
+                 every_s: float = SAVE_EVERY_S) -> None:
+        self.store = store
+        self.saved = saved
+        self.key_of = key_of
+        self.every_s = every_s
+        self.in_flight: dict[str, tuple[str, ReplyInProgress]] = {}
+        self.restored = 0  # replies continued from an earlier run's ids
+        self.dropped = 0  # saved replies of prompts edited or drawn otherwise since
+        self._saved_len: dict[str, int] = {}  # ids at the last save, of the replies that have a file
+        self._remove: list[str] = []
+
+    def begin(self, prompt: Prompt) -> ReplyInProgress:
+        key = self.key_of(prompt)
+        saved = self.saved.pop(prompt.id, None)
+        reply = ReplyInProgress()
+        if saved is not None and saved.key == key:
+            reply = ReplyInProgress(prompt_ids=list(saved.prompt_ids), ids=list(saved.ids), parts=list(saved.parts),
+                                    finish=saved.finish,
+                                    attempt_offset=max((p["attempt"] for p in saved.parts), default=0))
+            self._saved_len[prompt.id] = len(saved.ids)
+            self.restored += 1
+        elif saved is not None:
+            self.dropped += 1
+            self._remove.append(prompt.id)
+        self.in_flight[prompt.id] = (key, reply)
+        return reply
+
+    def end(self, prompt_id: str) -> None:
+        """Its record or failure is written: the reply is no longer in flight, and its file goes."""
+        self.in_flight.pop(prompt_id, None)
+        if self._saved_len.pop(prompt_id, None) is not None:
+            self._remove.append(prompt_id)
+
+    def _pending(self) -> tuple[list[SavedReply], list[str]]:
+        saves = []
+        for prompt_id, (key, reply) in self.in_flight.items():
+            if reply.prompt_ids is None or len(reply.ids) <= self._saved_len.get(prompt_id, 0):
+                continue
+            saves.append(SavedReply(prompt_id, key, reply.prompt_ids, list(reply.ids), reply.shares(), reply.finish))
+            self._saved_len[prompt_id] = len(reply.ids)
+        removals, self._remove = self._remove, []
+        return saves, removals
+
+    async def flush(self) -> None:
+        saves, removals = self._pending()
+        if saves:
+            await asyncio.to_thread(self.store.save, saves)
+        if removals:
+            await asyncio.to_thread(self.store.remove, removals)
+
+    async def keep(self) -> None:
+        """The companion loop: what grew since the last pass is saved, what ended is removed."""
+        while True:
+            await asyncio.sleep(self.every_s)
+            await self.flush()
