@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from client.local.partials import PartialStore
 from simulator.api import SimServerSpec
 from tests.conftest import client_command, make_prompts, read_results, run_client, wait_until
 from tests.tokenizer_fixture import tiny_tokenizer_dir
@@ -116,18 +117,17 @@ def test_a_kill_9_leaves_the_replies_in_flight_to_the_next_run(tmp_path: Path, f
             "--continue-replies"]
     proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: len(list(partials.glob("*.json"))) >= 5, "5 replies saved in flight", timeout=120, proc=proc)
+        wait_until(lambda: len(list(partials.glob("*.jsonl"))) >= 5, "5 replies saved in flight", timeout=120,
+                   proc=proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    saved = {}
-    for path in partials.glob("*.json"):
-        doc = orjson.loads(path.read_bytes())
-        saved[doc["id"]] = doc
     done_before = {r["id"] for r in read_results(out)}
-    pending = {i: doc for i, doc in saved.items() if i not in done_before}
+    saved, _ = PartialStore(out).load(set())  # what the next run will read
+    pending = {i: {"ids": s.ids, "prompt_ids": s.prompt_ids, "parts": s.parts} for i, s in saved.items()
+               if i not in done_before}
     assert len(pending) >= 3
     resumed = run_client(args, timeout=600)
     assert resumed.code == 0, resumed.stderr[-3000:]
@@ -144,4 +144,4 @@ def test_a_kill_9_leaves_the_replies_in_flight_to_the_next_run(tmp_path: Path, f
         assert sum(p["tokens"] for p in parts) == len(record["completion_token_ids"])
         continued += len(parts) > len(doc["parts"])
     assert continued >= 3, "the next run continued them, in attempts numbered after the killed run's"
-    assert not list(partials.glob("*.json")), "a written reply's file goes"
+    assert not list(partials.glob("*.jsonl")), "a written reply's file goes"

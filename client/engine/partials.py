@@ -1,5 +1,6 @@
-"""`--continue-replies` across runs: the replies in flight saved to OUT/partials (client.local.partials) every
-few seconds and when the run stops, and restored by the next run, which continues each from its ids.
+"""`--continue-replies` across runs: the replies in flight appended to OUT/partials (client.local.partials) every
+half second and when the run stops, and restored by the next run, which continues each from its ids. A kill
+-9 loses at most what each reply received since the last save; those tokens are generated again.
 
 A saved reply is continued only when its prompt's content and sampling are what they were (`key`); else it
 is dropped and the prompt generated anew. Attempts keep counting across runs, so a record's `continued`
@@ -16,15 +17,27 @@ import orjson
 
 from client.core.records import Prompt, prompt_sha256
 from client.engine.native_reply import ReplyInProgress
-from client.local.partials import PartialStore, SavedReply
+from client.local.partials import Append, PartialStore, SavedReply
 
-SAVE_EVERY_S = 2.0
+SAVE_EVERY_S = 0.5
 
 
 def reply_key(prompt: Prompt, sampling: dict[str, object]) -> str:
     """What a saved reply must match to be continued: the prompt's content and the sampling it is drawn."""
     digest = hashlib.sha256(orjson.dumps(sampling, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
     return f"{prompt_sha256(prompt.messages, prompt.tools, prompt.meta)}:{digest}"
+
+
+def _chunks(reply: ReplyInProgress, start: int) -> list[tuple[int, list[int]]]:
+    """The ids from `start` on, cut where an attempt's share ends, each with its attempt."""
+    chunks: list[tuple[int, list[int]]] = []
+    offset = 0
+    for share in reply.shares():
+        end = offset + share["tokens"]
+        if end > start:
+            chunks.append((share["attempt"], reply.ids[max(start, offset):end]))
+        offset = end
+    return chunks
 
 
 class PartialKeeper:
@@ -37,7 +50,7 @@ class PartialKeeper:
         self.in_flight: dict[str, tuple[str, ReplyInProgress]] = {}
         self.restored = 0  # replies continued from an earlier run's ids
         self.dropped = 0  # saved replies of prompts edited or drawn otherwise since
-        self._saved_len: dict[str, int] = {}  # ids at the last save, of the replies that have a file
+        self._saved: dict[str, tuple[int, str | None]] = {}  # ids and finish in the file, of replies that have one
         self._remove: list[str] = []
 
     def begin(self, prompt: Prompt) -> ReplyInProgress:
@@ -48,7 +61,7 @@ class PartialKeeper:
             reply = ReplyInProgress(prompt_ids=list(saved.prompt_ids), ids=list(saved.ids), parts=list(saved.parts),
                                     finish=saved.finish,
                                     attempt_offset=max((p["attempt"] for p in saved.parts), default=0))
-            self._saved_len[prompt.id] = len(saved.ids)
+            self._saved[prompt.id] = (len(saved.ids), saved.finish)
             self.restored += 1
         elif saved is not None:
             self.dropped += 1
@@ -59,28 +72,32 @@ class PartialKeeper:
     def end(self, prompt_id: str) -> None:
         """Its record or failure is written: the reply is no longer in flight, and its file goes."""
         self.in_flight.pop(prompt_id, None)
-        if self._saved_len.pop(prompt_id, None) is not None:
+        if self._saved.pop(prompt_id, None) is not None:
             self._remove.append(prompt_id)
 
-    def _pending(self) -> tuple[list[SavedReply], list[str]]:
-        saves = []
+    def _pending(self) -> tuple[list[Append], list[str]]:
+        appends = []
         for prompt_id, (key, reply) in self.in_flight.items():
-            if reply.prompt_ids is None or len(reply.ids) <= self._saved_len.get(prompt_id, 0):
+            known = self._saved.get(prompt_id)
+            count, finish = known if known is not None else (0, None)
+            if reply.prompt_ids is None or (len(reply.ids) <= count and reply.finish == finish):
                 continue
-            saves.append(SavedReply(prompt_id, key, reply.prompt_ids, list(reply.ids), reply.shares(), reply.finish))
-            self._saved_len[prompt_id] = len(reply.ids)
+            header = None if known is not None else {"id": prompt_id, "key": key, "prompt_ids": reply.prompt_ids}
+            appends.append(Append(prompt_id, header, _chunks(reply, count),
+                                  reply.finish if reply.finish != finish else None))
+            self._saved[prompt_id] = (len(reply.ids), reply.finish)
         removals, self._remove = self._remove, []
-        return saves, removals
+        return appends, removals
 
     async def flush(self) -> None:
-        saves, removals = self._pending()
-        if saves:
-            await asyncio.to_thread(self.store.save, saves)
+        appends, removals = self._pending()
+        if appends:
+            await asyncio.to_thread(self.store.append, appends)
         if removals:
             await asyncio.to_thread(self.store.remove, removals)
 
     async def keep(self) -> None:
-        """The companion loop: what grew since the last pass is saved, what ended is removed."""
+        """The companion loop: what grew since the last pass is appended, what ended is removed."""
         while True:
             await asyncio.sleep(self.every_s)
             await self.flush()

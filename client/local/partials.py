@@ -2,18 +2,18 @@
 do (Ctrl-C, a crash, kill -9) leaves their exact ids to the next run, which continues them instead of
 generating them again (client.engine.partials).
 
-One small JSON file per prompt, replaced whole (a temporary file, then a rename: a reader never sees half
-of one; a kill -9 loses at most what came since the last save): the prompt's id, the digest of its content
-and its sampling (a partial of an edited prompt or other settings is not continued), the prompt's ids, the
-ids so far and each attempt's share. Bounded: one file per reply in flight, each at most its max_tokens ids;
-a file goes when its reply is written. Blocking: call from a thread.
+One file per reply in flight, appended to, never rewritten, so each id is written once however long the
+reply: a first line `{"id", "key", "prompt_ids"}` (`key`: the digest of the prompt's content and its
+sampling; a partial of an edited prompt or other settings is not continued), then lines `{"attempt", "ids"}`
+with the ids that attempt added since the last line, and `{"finish"}` when the server ended the reply before
+its record was written. A line torn by a kill is left out when read: its ids are generated again. A file
+goes when its reply is written. Blocking: call from a thread.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,27 +28,48 @@ PARTIALS_DIR = "partials"
 @dataclass(frozen=True, slots=True)
 class SavedReply:
     prompt_id: str
-    key: str  # the prompt's content digest and sampling, as the run computes them: equal, or not continued
+    key: str
     prompt_ids: list[int]
     ids: list[int]
     parts: list[ContinuedPart]
     finish: str | None = None  # the server ended it ("stop", "length"), and its record was not written yet
 
-    def to_json(self) -> bytes:
-        return orjson.dumps({"id": self.prompt_id, "key": self.key, "prompt_ids": self.prompt_ids, "ids": self.ids,
-                             "parts": self.parts, "finish": self.finish})
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """What one save adds to a reply's file: its first line when it has none yet, then ids per attempt."""
+
+    prompt_id: str
+    header: dict[str, Any] | None
+    chunks: list[tuple[int, list[int]]] = field(default_factory=list)  # (attempt, ids it added)
+    finish: str | None = None
 
 
-def _from_json(raw: bytes) -> SavedReply | None:
+def _read(raw: bytes) -> SavedReply | None:
+    lines = raw.split(b"\n")
     try:
-        doc: Any = orjson.loads(raw)
-        parts = [ContinuedPart(attempt=int(p["attempt"]), tokens=int(p["tokens"])) for p in doc["parts"]]
-        finish = doc.get("finish")
-        saved = SavedReply(str(doc["id"]), str(doc["key"]), [int(i) for i in doc["prompt_ids"]],
-                           [int(i) for i in doc["ids"]], parts, finish if finish in ("stop", "length") else None)
+        head = orjson.loads(lines[0])
+        prompt_id, key, prompt_ids = str(head["id"]), str(head["key"]), [int(i) for i in head["prompt_ids"]]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
-    return saved if sum(p["tokens"] for p in saved.parts) == len(saved.ids) else None
+    ids: list[int] = []
+    parts: list[ContinuedPart] = []
+    finish = None
+    for line in lines[1:]:
+        try:
+            doc = orjson.loads(line)
+            if "finish" in doc:
+                finish = doc["finish"] if doc["finish"] in ("stop", "length") else None
+                continue
+            attempt, new = int(doc["attempt"]), [int(i) for i in doc["ids"]]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            break  # a torn last line: what it held is generated again
+        if parts and parts[-1]["attempt"] == attempt:
+            parts[-1] = ContinuedPart(attempt=attempt, tokens=parts[-1]["tokens"] + len(new))
+        else:
+            parts.append(ContinuedPart(attempt=attempt, tokens=len(new)))
+        ids.extend(new)
+    return SavedReply(prompt_id, key, prompt_ids, ids, parts, finish)
 
 
 class PartialStore:
@@ -56,35 +77,36 @@ class PartialStore:
         self.folder = out_dir / PARTIALS_DIR
 
     def _path(self, prompt_id: str) -> Path:
-        return self.folder / (hashlib.sha256(prompt_id.encode()).hexdigest()[:32] + ".json")
+        return self.folder / (hashlib.sha256(prompt_id.encode()).hexdigest()[:32] + ".jsonl")
 
     def load(self, done_ids: set[str]) -> tuple[dict[str, SavedReply], int]:
-        """The saved replies of prompts not done yet, and how many files were unreadable (removed: their
-        prompts are generated again). Files of done prompts (a run that ended between writing a record and
-        removing its partial) are removed."""
+        """The saved replies of prompts not done yet (with at least one id), and how many files were
+        unreadable (removed: their prompts are generated again). Files of done prompts (a run that ended
+        between writing a record and removing its file) are removed."""
         saved: dict[str, SavedReply] = {}
         unreadable = 0
         if not self.folder.is_dir():
             return saved, 0
-        for path in sorted(self.folder.glob("*.json")):
-            found = _from_json(path.read_bytes())
-            if found is None or found.prompt_id in done_ids:
+        for path in sorted(self.folder.glob("*.jsonl")):
+            found = _read(path.read_bytes())
+            if found is None or found.prompt_id in done_ids or not found.ids:
                 unreadable += found is None
                 path.unlink(missing_ok=True)
                 continue
             saved[found.prompt_id] = found
-        for path in self.folder.glob("*.json.tmp"):
-            path.unlink(missing_ok=True)
         return saved, unreadable
 
-    def save(self, replies: list[SavedReply]) -> None:
+    def append(self, appends: list[Append]) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            for reply in replies:
-                path = self._path(reply.prompt_id)
-                temporary = path.with_suffix(".json.tmp")
-                temporary.write_bytes(reply.to_json())
-                os.replace(temporary, path)
+            for item in appends:
+                lines = [orjson.dumps(item.header)] if item.header is not None else []
+                lines.extend(orjson.dumps({"attempt": attempt, "ids": ids}) for attempt, ids in item.chunks if ids)
+                if item.finish is not None:
+                    lines.append(orjson.dumps({"finish": item.finish}))
+                if lines:
+                    with self._path(item.prompt_id).open("ab") as handle:
+                        handle.write(b"\n".join(lines) + b"\n")
         except OSError as exc:
             raise map_write_error(exc, f"cannot keep the replies in flight in {self.folder}: "
                                        f"{exc.strerror or exc}") from exc
