@@ -64,6 +64,8 @@ def test_broken_streams_are_continued_not_generated_again(tmp_path: Path, fleet_
             assert len(parts) >= 2 and sum(p["tokens"] for p in parts) == len(ids)
             assert [p["attempt"] for p in parts] == sorted({p["attempt"] for p in parts})
     assert continued > 10, "the dropped streams were continued"
+    kept = sum(sum(p["tokens"] for p in r["continued"][:-1]) for r in records if "continued" in r)
+    assert f"{continued:,} continued from their ids ({kept:,} tokens not generated again)" in result.stderr
     # What the servers generated is what was written, but for the ids a server made in the step it was cut
     # in and never sent: the broken streams' ids were not generated again. (The chat path generates some 10%
     # more here: docs/benchmarks.md.)

@@ -127,6 +127,8 @@ class StatsSnapshot:
     sync: SyncView | None = None
     accept_length: float | None = None  # the fleet's mean MTP accept length, where servers report it
     loops_stopped: int = 0  # replies the loop stop ended (finish_reason repetition)
+    continued: int = 0  # --continue-replies: replies made by more than one attempt, continued from their ids
+    continued_kept: int = 0  # their tokens from the earlier attempts: not generated again
     fills_window: int = 0  # of too_long: prompts that alone fill --train-window
     waiting: int = 0  # requests sleeping before their next attempt (backoff or Retry-After)
     waiting_wake_s: tuple[float, float] | None = None  # (soonest, latest) wake, seconds from the snapshot
@@ -183,6 +185,8 @@ class RunStats:
     retries: int = 0
     truncated: int = 0
     loops_stopped: int = 0
+    continued: int = 0
+    continued_kept: int = 0
     completion_tokens: int = 0
     prompt_tokens: int = 0
     expected_tokens_per_prompt: float | None = None  # the estimate's mean, when the run was given one
@@ -246,6 +250,11 @@ class RunStats:
     def track(self, endpoints: int) -> None:
         """Results are kept for this many endpoints (by index)."""
         self.endpoints = [EndpointResults() for _ in range(endpoints)]
+
+    def record_continued(self, kept: int) -> None:
+        """A reply written whole after more than one attempt: `kept` of its tokens came from the earlier ones."""
+        self.continued += 1
+        self.continued_kept += kept
 
     def record_done(self, index: int, usage: Mapping[str, Any], finish_reason: str | None) -> None:
         completion_tokens = int(usage.get("completion_tokens") or 0)
@@ -384,6 +393,8 @@ class RunStats:
             sync=sync,
             accept_length=_mean(accepts),
             loops_stopped=self.loops_stopped,
+            continued=self.continued,
+            continued_kept=self.continued_kept,
             waiting=len(self._waits),
             waiting_wake_s=(min(wakes), max(wakes)) if wakes else None,
             gpus=gpus, gpus_source=gpus_source, eta_parts=parts,

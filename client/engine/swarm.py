@@ -280,6 +280,8 @@ class Swarm:
                     f"says {miscount[1]:,} (on {generation.endpoint.url})")
         completion = generation.completion
         self.stats.record_done(generation.endpoint.index, completion.usage, completion.finish_reason)
+        if completion.continued:
+            self.stats.record_continued(sum(part["tokens"] for part in completion.continued[:-1]))
 
     def _write_failure(self, record_id: str, failed: GenerationFailed) -> None:
         endpoint = failed.endpoint.url if failed.endpoint is not None else None

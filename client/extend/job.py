@@ -29,6 +29,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from client.core.errors import AttemptError, ConfigError
 from client.core.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM
 from client.core.human_out import note as say
+from client.core.options import DEFAULT_SEGMENT_AGE_S
 from client.engine.continuation import Stitched
 from client.engine.result_rows import failure_record
 from client.extend.select import Decision, Limits, Verdict, decide
@@ -57,7 +58,7 @@ class ExtendConfig:
     max_attempts: int
     progress_every: float = 10.0
     segment_mb: float = 256.0
-    segment_age: float = 600.0
+    segment_age: float = DEFAULT_SEGMENT_AGE_S
 
 
 @dataclass

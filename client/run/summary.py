@@ -37,7 +37,9 @@ def _headline(snap: StatsSnapshot, outcome: SwarmOutcome, turns: str) -> str:
     return (f"run {'stopped' if outcome.interrupted else 'ended'} after {format_duration(snap.elapsed_s)}: "
             f"{snap.done:,} {unit}, {snap.failed:,} failed, {snap.retries:,} retries, {snap.truncated:,} truncated "
             f"(finish_reason length), {snap.completion_tokens:,} completion tokens written"
-            + (f", {snap.loops_stopped:,} stopped as loops" if snap.loops_stopped else ""))
+            + (f", {snap.loops_stopped:,} stopped as loops" if snap.loops_stopped else "")
+            + (f", {snap.continued:,} continued from their ids ({snap.continued_kept:,} tokens not generated again)"
+               if snap.continued else ""))
 
 
 def _unwritten(snap: StatsSnapshot) -> str:
