@@ -57,6 +57,16 @@ def _key(ids: Sequence[int]) -> bytes:
     return h.digest()
 
 
+def _prefix_keys(ids: Sequence[int]) -> list[bytes]:
+    """`_key` of every prefix of `ids`: entry n is the key of ids[:n + 1]."""
+    h = hashlib.blake2b(digest_size=16)
+    keys: list[bytes] = []
+    for i in ids:
+        h.update(i.to_bytes(4, "little", signed=True))
+        keys.append(h.copy().digest())
+    return keys
+
+
 @dataclass(frozen=True)
 class Reply:
     """A whole reply to one prompt: its ids, and whether it ended by itself (its last id the stop id)."""
@@ -86,11 +96,7 @@ class ReplyBook:
         """The rest of a booked reply whose prompt plus start are `input_ids`, longest prompt first."""
         if not self._replies:
             return None
-        h = hashlib.blake2b(digest_size=16)
-        keys: list[bytes] = []
-        for i in input_ids:
-            h.update(i.to_bytes(4, "little", signed=True))
-            keys.append(h.copy().digest())
+        keys = _prefix_keys(input_ids)
         for split in range(len(input_ids), 0, -1):
             reply = self._replies.get(keys[split - 1])
             if reply is None:
@@ -120,11 +126,7 @@ class PromptBook:
         """(the prompt's ids, its body) of a rendered prompt that `input_ids` begin with, longest first."""
         if not self._bodies:
             return None
-        h = hashlib.blake2b(digest_size=16)
-        keys: list[bytes] = []
-        for i in input_ids:
-            h.update(i.to_bytes(4, "little", signed=True))
-            keys.append(h.copy().digest())
+        keys = _prefix_keys(input_ids)
         for split in range(len(input_ids), 0, -1):
             body = self._bodies.get(keys[split - 1])
             if body is not None:

@@ -147,3 +147,36 @@ def test_a_kill_9_leaves_the_replies_in_flight_to_the_next_run(tmp_path: Path, f
         continued += len(parts) > len(doc["parts"])
     assert continued >= 3, "the next run continued them, in attempts numbered after the killed run's"
     assert not list(partials.glob("*.jsonl")), "a written reply's file goes"
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_replies_it_cancels_for_the_next_run(tmp_path: Path, fleet_factory: Any) -> None:
+    """A stop (SIGINT, no grace) cancels the replies in flight and saves what they received; the next run
+    continues them."""
+    url = str(fleet_factory([SimServerSpec(max_running=32, speed=5.0, extra_args=(
+        "--tokenizer", str(tiny_tokenizer_dir()), "--mean-tokens", "300", *NATIVE))]).urls[0])
+    prompts = make_prompts(tmp_path / "p.jsonl", 20, with_tools_every=4)
+    out = tmp_path / "out"
+    args = ["--endpoints", url, "--prompts", str(prompts), "--out", str(out), "--token-ids", "on",
+            "--continue-replies", "--grace", "0"]
+    proc = subprocess.Popen(client_command(args), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(list((out / "partials").glob("*.jsonl"))) >= 3, "3 replies saved in flight",
+                   timeout=120, proc=proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = {r["id"] for r in read_results(out)}
+    saved, _ = PartialStore(out).load(done)
+    assert len(saved) >= 3
+    resumed = run_client(args, timeout=600)
+    assert resumed.code == 0, resumed.stderr[-3000:]
+    records = {r["id"]: r for r in read_results(out)}
+    assert len(records) == 20
+    for prompt_id, reply in saved.items():
+        record = records[prompt_id]
+        assert record["completion_token_ids"][:len(reply.ids)] == reply.ids
+        parts = record.get("continued") or [{"attempt": 1, "tokens": len(record["completion_token_ids"])}]
+        assert parts[:len(reply.parts)] == reply.parts

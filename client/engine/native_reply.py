@@ -81,12 +81,12 @@ async def native_attempt(endpoint: Endpoint, shape: RequestShape, prompt: Prompt
     request; the ids it received stay in `reply`."""
     started = time.monotonic()
     ids = await prompt_ids(endpoint, shape, prompt, messages, reply)
+    draw = shape.draw(prompt)
     first: list[float] = []
     room = max_tokens - len(reply.ids)
     if reply.finish is None and room < 1:
         reply.finish = "length"  # the earlier attempts used the whole budget
     if reply.finish is None:
-        draw = shape.draw(prompt)
         values = dataclasses.replace(draw.setting.values, seed=draw.seed)
         reply.open(reply.attempt_offset + attempt)
 
@@ -102,8 +102,7 @@ async def native_attempt(endpoint: Endpoint, shape: RequestShape, prompt: Prompt
             reply.close_attempt()
         assert stream.final is not None
         reply.finish = stream.final.finish_reason
-    draw_values = shape.draw(prompt).setting.values
-    split = await split_reply(endpoint, reply.ids, prompt.tools, draw_values.enable_thinking, parsers)
+    split = await split_reply(endpoint, reply.ids, prompt.tools, draw.setting.values.enable_thinking, parsers)
     calls = tuple(ToolCall(_call_id(prompt.id, n), call.name, call.arguments) for n, call in enumerate(split.calls))
     finish = "tool_calls" if reply.finish == "stop" and calls else reply.finish
     usage: Usage = {"prompt_tokens": len(ids), "completion_tokens": len(reply.ids),
