@@ -52,6 +52,7 @@ class PartialKeeper:
         self.dropped = 0  # saved replies of prompts edited or drawn otherwise since
         self._saved: dict[str, tuple[int, str | None]] = {}  # ids and finish in the file, of replies that have one
         self._remove: list[str] = []
+        self._writing = asyncio.Lock()  # one save at a time: a file's lines go in the order of its ids
 
     def begin(self, prompt: Prompt) -> ReplyInProgress:
         key = self.key_of(prompt)
@@ -90,11 +91,12 @@ class PartialKeeper:
         return appends, removals
 
     async def flush(self) -> None:
-        appends, removals = self._pending()
-        if appends:
-            await asyncio.to_thread(self.store.append, appends)
-        if removals:
-            await asyncio.to_thread(self.store.remove, removals)
+        async with self._writing:
+            appends, removals = self._pending()
+            if appends:
+                await asyncio.to_thread(self.store.append, appends)
+            if removals:
+                await asyncio.to_thread(self.store.remove, removals)
 
     async def keep(self) -> None:
         """The companion loop: what grew since the last pass is appended, what ended is removed."""
