@@ -180,3 +180,32 @@ def test_ctrl_c_keeps_the_replies_it_cancels_for_the_next_run(tmp_path: Path, fl
         assert record["completion_token_ids"][:len(reply.ids)] == reply.ids
         parts = record.get("continued") or [{"attempt": 1, "tokens": len(record["completion_token_ids"])}]
         assert parts[:len(reply.parts)] == reply.parts
+
+
+@pytest.mark.slow
+def test_continued_replies_are_as_long_as_the_undisturbed_ones(tmp_path: Path, fleet_factory: Any) -> None:
+    """The length distribution of continued replies is that of replies made in one go: one server dropping 30%
+    of its streams, and one that drops none, make the same prompts; the two-sample Kolmogorov-Smirnov
+    statistic of the continued replies' lengths against the same prompts' undisturbed lengths is 0 (each
+    continued reply is as long as its undisturbed twin: the simulator's reply is a function of its ids)."""
+    dropping = str(fleet_factory([_spec(*NATIVE, "--drop-stream", "0.3")]).urls[0])
+    steady = str(fleet_factory([_spec(*NATIVE)]).urls[0])
+    lengths = {}
+    for name, url in (("dropping", dropping), ("steady", steady)):
+        out = tmp_path / name
+        result = run_client(["--endpoints", url, "--prompts", str(PROMPTS), "--out", str(out), "--plain",
+                             "--token-ids", "on", "--continue-replies", "--max-attempts", "20"], timeout=600)
+        assert result.code == 0, result.stderr
+        lengths[name] = {r["id"]: (len(r["completion_token_ids"]), "continued" in r) for r in read_results(out)}
+    continued = [i for i, (_, was) in lengths["dropping"].items() if was]
+    assert len(continued) > 30
+    broken = sorted(lengths["dropping"][i][0] for i in continued)
+    whole = sorted(lengths["steady"][i][0] for i in continued)
+    assert _ks_statistic(broken, whole) == 0.0
+    assert not any(was for _, was in lengths["steady"].values())
+
+
+def _ks_statistic(a: list[int], b: list[int]) -> float:
+    """The largest gap between the two samples' empirical distribution functions."""
+    values = sorted(set(a) | set(b))
+    return max(abs(sum(x <= v for x in a) / len(a) - sum(x <= v for x in b) / len(b)) for v in values)
