@@ -37,8 +37,9 @@ async def check_native(endpoints: Sequence[Endpoint], shape: RequestShape) -> Pa
                               f"({reasoning!r}, {tool_call!r}); the replies are split by the server's own parsers")
         if info.get("incremental_streaming_output") is not True:
             raise ConfigError(f"{FLAG}: {endpoint.url} streams /generate without --incremental-streaming-output: "
-                              "each event would repeat every id so far. Start SGLang with that flag (the "
-                              "launcher does with --continue-replies), or run without " + FLAG)
+                              "each event would repeat every id so far. Start SGLang with that flag (with the "
+                              "launcher: launch/start_servers.sh ... -- --incremental-streaming-output), or run "
+                              "without " + FLAG)
         parsers = Parsers(reasoning, tool_call)
         if found is not None and parsers != found:
             raise ConfigError(f"{FLAG}: the servers run different parsers ({found} and {parsers} on "
