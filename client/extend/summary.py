@@ -32,11 +32,6 @@ class Tally:
                 f"{self.generated_tokens:,} tokens generated, {carried:,} records carried over, "
                 f"{self.failed:,} failed")
 
-    def as_json(self) -> dict[str, object]:
-        return {"verdicts": {v.name.lower(): n for v, n in self.verdicts.items()}, "finished": dict(self.finished),
-                "already": self.already, "kept_tokens": self.kept_tokens, "generated_tokens": self.generated_tokens,
-                "failed": self.failed}
-
 
 def print_summary(tally: Tally, out: Path, *, interrupted: bool) -> None:
     say("")
