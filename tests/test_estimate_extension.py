@@ -50,6 +50,7 @@ def _estimate(tokenizer: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)  # whole runs; far longer on a busy machine
 def test_the_projection_of_the_whole_set_is_what_the_extension_does(tmp_path: Path, fleet_factory: Any) -> None:
     tokenizer = tiny_tokenizer_dir()
     priced = _estimate(tokenizer)

@@ -85,6 +85,7 @@ def _run(url: str, out: Path, window: int) -> None:
     assert result.code == 0, result.stderr
 
 
+@pytest.mark.timeout(400)  # whole runs; far longer on a busy machine
 def test_only_the_cut_replies_are_continued_and_they_read_as_made_whole(tmp_path: Path, server: str) -> None:
     narrow, extended, wide = tmp_path / "narrow", tmp_path / "extended", tmp_path / "wide"
     _run(server, narrow, OLD)
